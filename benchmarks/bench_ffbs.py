@@ -1,0 +1,153 @@
+"""Benchmark forward-filtering backward-sampling (FFBS), float32, on the default JAX device.
+
+Compares ``numpyro_hdphmm._core.hmm.hmm_posterior_sample`` (sequential and parallel-in-time)
+with dynamax's ``hmm_posterior_sample`` (if installed) and a plain NumPy implementation, all in
+this process.  Reports the minimum over repeats after a warm-up, in ms per FFBS, and the
+achieved GFLOP/s of the forward pass (2 T K^2 flops).
+
+Usage:  python benchmarks/bench_ffbs.py [--quick] [--write] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_hdphmm._core.hmm import hmm_posterior_sample
+
+SECTION = "## Forward filtering / backward sampling"
+
+
+def numpy_ffbs(rng, log_init, log_a, ll):
+    """Plain NumPy FFBS in rescaled probability space (reference implementation)."""
+    T, K = ll.shape
+    A = np.exp(log_a)
+    m = ll.max(axis=1, keepdims=True)
+    E = np.exp(ll - m)
+    alpha = np.empty((T, K), ll.dtype)
+    a = np.exp(log_init) * E[0]
+    c = a.sum()
+    alpha[0] = a / c
+    loglik = np.log(c) + m[0, 0]
+    for t in range(1, T):
+        a = (alpha[t - 1] @ A) * E[t]
+        c = a.sum()
+        alpha[t] = a / c
+        loglik += np.log(c) + m[t, 0]
+    z = np.empty(T, np.int64)
+    u = rng.uniform(size=T)
+    cs = np.cumsum(alpha[-1])
+    z[-1] = np.searchsorted(cs, u[-1] * cs[-1], side="right")
+    for t in range(T - 2, -1, -1):
+        cs = np.cumsum(alpha[t] * A[:, z[t + 1]])
+        z[t] = min(np.searchsorted(cs, u[t] * cs[-1], side="right"), K - 1)
+    return z, loglik
+
+
+def _time(fn, repeats, budget_s):
+    fn()  # warm-up / compile
+    times = []
+    start = time.perf_counter()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > budget_s:
+            break
+    return min(times) * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="T in {1e3, 1e4} only")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    try:
+        from dynamax.hidden_markov_model import hmm_posterior_sample as dx_sample
+    except Exception:  # pragma: no cover - optional dependency
+        dx_sample = None
+
+    Ts = [1000, 10000] if args.quick else [1000, 10000, 100000]
+    Ks = [15, 50, 200]
+    rng = np.random.default_rng(0)
+    rows = []
+    notes = []
+    for T in Ts:
+        for K in Ks:
+            li = np.log(rng.dirichlet(np.ones(K))).astype(np.float32)
+            la = np.log(rng.dirichlet(np.ones(K), size=K)).astype(np.float32)
+            ll = rng.normal(size=(T, K)).astype(np.float32)
+            jli, jla, jll = map(jnp.asarray, (li, la, ll))
+            key = jax.random.key(0)
+            flops = 2.0 * T * K * K
+            res = {}
+            for method in ["sequential", "parallel"]:
+                # parallel: O(T K^3) work; skip combos that would take far too long on CPU
+                if method == "parallel" and jax.default_backend() == "cpu" and T * K**3 > 2e10:
+                    res[method] = None
+                    continue
+                f = jax.jit(lambda k, a, b, c, m=method: hmm_posterior_sample(k, a, b, c, method=m))
+                res[method] = _time(lambda: jax.block_until_ready(f(key, jli, jla, jll)), args.repeats, 30)
+            if dx_sample is not None:
+                pi, A = jnp.exp(jli), jnp.exp(jla)
+                g = jax.jit(lambda k, p, a, l: dx_sample(k, p, a, l))
+                res["dynamax"] = _time(lambda: jax.block_until_ready(g(key, pi, A, jll)), args.repeats, 30)
+            else:
+                res["dynamax"] = None
+            if T * K <= 2e6:
+                r = np.random.default_rng(1)
+                res["numpy"] = _time(lambda: numpy_ffbs(r, li, la, ll), max(1, args.repeats // 3), 30)
+            else:
+                res["numpy"] = None
+            rows.append((T, K, res, flops))
+            fmt = lambda v: "skipped" if v is None else f"{v:.2f}"
+            gf = lambda v: "" if v is None else f" ({flops / v / 1e6:.1f} GF/s)"
+            print(f"T={T:>6} K={K:>3}  seq {fmt(res['sequential'])}{gf(res['sequential'])}  "
+                  f"par {fmt(res['parallel'])}  dynamax {fmt(res['dynamax'])}  numpy {fmt(res['numpy'])}",
+                  flush=True)
+    if dx_sample is None:
+        notes.append("dynamax not installed: its column is empty (`pip install dynamax`).")
+    notes.append("parallel-in-time skipped on CPU where T*K^3 > 2e10 (O(T K^3) work).")
+    notes.append("NumPy skipped where T*K > 2e6 (pure-Python loop).")
+
+    def cell(v, flops=None):
+        if v is None:
+            return "-"
+        return f"{v:.2f}" + (f" ({flops / v / 1e6:.1f})" if flops else "")
+
+    table = [
+        f"Device: `{jax.devices()[0].device_kind}` ({jax.default_backend()}), float32, "
+        f"{os.cpu_count()} CPU cores, jax {jax.__version__}. Milliseconds per FFBS (min over "
+        f"repeats after warm-up); in parentheses GFLOP/s of the forward pass (2 T K^2 flops).",
+        "",
+        "| T | K | ours, sequential | ours, parallel | dynamax | NumPy |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for T, K, res, flops in rows:
+        table.append(f"| {T} | {K} | {cell(res['sequential'], flops)} | {cell(res['parallel'], flops)} "
+                     f"| {cell(res['dynamax'])} | {cell(res['numpy'])} |")
+    table += [""] + [f"- {n}" for n in notes]
+    text = "\n".join(table)
+    print()
+    print(text)
+    if args.write:
+        path = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
+        body = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+        section = f"{SECTION}\n\nGenerated by `python benchmarks/bench_ffbs.py --write`.\n\n{text}\n"
+        pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.S)
+        body = pattern.sub(lambda _: section, body) if SECTION in body else body.rstrip() + "\n\n" + section
+        with open(path, "w") as fh:
+            fh.write(body)
+        print(f"wrote {os.path.normpath(path)}")
+
+
+if __name__ == "__main__":
+    main()

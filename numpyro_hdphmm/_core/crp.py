@@ -1,0 +1,234 @@
+r"""Chinese-restaurant-franchise bookkeeping and auxiliary-variable hyperparameter updates.
+
+Shared by every sampler of the (sticky) HDP-HMM.  Notation (Fox et al. 2007, Sec. V-A, and
+``notes/sticky_hdp_hmm.md``): restaurant ``j`` is the state a transition leaves (the start row
+is one more restaurant, without self bias), ``n_jk`` the number of transitions ``j -> k``,
+``m_jk`` the number of tables in restaurant ``j`` serving dish ``k``, ``w_j`` the number of
+override (sticky) tables in restaurant ``j``, ``mbar_jk`` the informative tables.
+
+All functions are pure, jittable and vmappable, with static shapes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import random
+
+__all__ = [
+    "TableCounts",
+    "transition_counts",
+    "sample_crp_tables",
+    "sample_table_counts",
+    "resample_alpha_kappa",
+    "resample_c_rho",
+    "resample_gamma",
+    "resample_gamma_weak_limit",
+]
+
+
+def transition_counts(states, num_states: int, lengths=None):
+    r"""Counts of a (batch of) state sequence(s): ``(n (K, K), first (K,))``.
+
+    ``states (..., T)``; ``n_jk`` counts transitions ``z_{t-1} = j -> z_t = k`` over steps
+    ``1 <= t < length``; ``first_k`` counts sequences whose first state is ``k`` (the start
+    row's customers).  ``lengths (...,)`` marks padding (``None``: all steps valid).
+    """
+    states = jnp.asarray(states)
+    t = states.shape[-1]
+    valid = jnp.ones(states.shape, bool) if lengths is None else jnp.arange(t) < jnp.asarray(lengths)[..., None]
+    pair = states[..., :-1] * num_states + states[..., 1:]
+    weight = valid[..., 1:].astype(jnp.int32)
+    n = jnp.zeros(num_states * num_states, jnp.int32).at[pair.reshape(-1)].add(weight.reshape(-1))
+    first = jnp.zeros(num_states, jnp.int32).at[states[..., 0].reshape(-1)].add(1)
+    return n.reshape(num_states, num_states), first
+
+
+def sample_crp_tables(rng_key, counts, concentration, max_total: int):
+    r"""Number of occupied tables of CRPs: ``m_g ~ sum_{i=0}^{n_g - 1} Ber(c_g / (c_g + i))``.
+
+    This is the exact draw from ``p(m | n, c) = Gamma(c)/Gamma(c + n) s(n, m) c^m`` (Antoniak
+    1974; Fox et al. eq. 32, Alg. 1 step 3a): customer ``i`` (0-based) of a restaurant opens a new
+    table with probability ``c / (c + i)``.  ``counts (G,)`` non-negative integers with
+    ``sum(counts) <= max_total`` (static); ``concentration (G,)`` (``c = 0`` gives no table unless
+    ``n > 0``, where the first customer always opens one).  Cost O(max_total + G): the customers
+    are laid out once with ``jnp.repeat`` and each gets one Bernoulli.
+    """
+    counts = jnp.asarray(counts, jnp.int32)
+    groups = counts.shape[0]
+    labels = jnp.repeat(jnp.arange(groups), counts, total_repeat_length=max_total)
+    starts = jnp.cumsum(counts) - counts
+    position = jnp.arange(max_total)
+    rank = position - starts[labels]
+    valid = position < jnp.sum(counts)
+    c = jnp.asarray(concentration)[labels]
+    dtype = jnp.result_type(c, float)
+    prob = jnp.where(rank == 0, 1.0, c / (c + rank.astype(dtype)))
+    new_table = (random.uniform(rng_key, (max_total,), dtype) < prob) & valid
+    return jnp.zeros(groups, jnp.int32).at[labels].add(new_table.astype(jnp.int32))
+
+
+class TableCounts(NamedTuple):
+    """Auxiliary tables of the sticky CRF (Fox et al. eqs. 31-35).
+
+    ``m (K+1, K)``: tables per restaurant (rows ``0..K-1`` the states, row ``K`` the start row)
+    and dish; ``w (K,)``: override tables per state restaurant; ``mbar (K+1, K)``: informative
+    tables (``m`` with ``w`` removed from the diagonal).
+    """
+
+    m: jax.Array
+    w: jax.Array
+    mbar: jax.Array
+
+
+def sample_table_counts(rng_key, n, first, beta, alpha, kappa, max_total: int) -> TableCounts:
+    r"""Draw ``m``, ``w``, ``mbar`` given transition counts (Fox et al. Alg. 1 step 3).
+
+    ``n (K, K)`` transition counts, ``first (K,)`` start-row counts, ``beta (>= K,)`` global
+    weights (entries past ``K`` ignored), ``alpha``, ``kappa``.  Restaurant ``j < K`` seats dish
+    ``k`` with concentration ``alpha beta_k + kappa delta_jk``; the start row with
+    ``alpha beta_k``.  Overrides: ``w_j ~ Binomial(m_jj, rho / (rho + beta_j (1 - rho)))`` with
+    ``rho = kappa / (alpha + kappa)`` (eq. 34; notes erratum 12), ``mbar_jj = m_jj - w_j``.
+    ``max_total`` bounds ``sum(n) + sum(first)`` (static, e.g. the number of observations).
+    """
+    k = n.shape[0]
+    beta = jnp.asarray(beta)[:k]
+    k_tables, k_over = random.split(rng_key)
+    counts = jnp.concatenate([n, first[None]], 0)  # (K+1, K)
+    sticky = jnp.concatenate([jnp.eye(k, dtype=beta.dtype), jnp.zeros((1, k), beta.dtype)], 0)
+    conc = alpha * beta[None, :] + kappa * sticky
+    m = sample_crp_tables(k_tables, counts.reshape(-1), conc.reshape(-1), max_total).reshape(k + 1, k)
+    rho = kappa / (alpha + kappa)
+    p_override = rho / (rho + beta * (1.0 - rho))
+    m_diag = jnp.diagonal(m[:k])
+    w = random.binomial(k_over, m_diag.astype(beta.dtype), p_override).astype(jnp.int32)
+    w = jnp.where(kappa > 0, jnp.minimum(w, m_diag), 0)
+    mbar = m.at[jnp.arange(k), jnp.arange(k)].add(-w)
+    return TableCounts(m=m, w=w, mbar=mbar)
+
+
+def _log_beta_aux(rng_key, alpha, kappa, n, first):
+    r"""Auxiliary ``r_j ~ Beta(alpha + kappa, n_j.)`` per state restaurant and ``r_0 ~ Beta(alpha, n_0)``
+    for the start row; returns ``(sum_j log r_j, log r_0)`` over occupied restaurants.
+
+    ``Gamma(c)/Gamma(c + n) ∝ int_0^1 r^{c-1} (1 - r)^{n-1} dr``: with ``r ~ Beta(c, n)`` the
+    Gamma-function ratios of the restaurants' Dirichlet-multinomial become ``r^c`` factors.
+    """
+    dtype = jnp.result_type(alpha, kappa, float)
+    sizes = jnp.sum(n, -1)
+    start = jnp.sum(first)
+    k_s, k_0 = random.split(rng_key)
+    tiny = jnp.finfo(dtype).tiny
+    r = random.beta(k_s, jnp.broadcast_to(alpha + kappa, sizes.shape), jnp.maximum(sizes, 1).astype(dtype), dtype=dtype)
+    r0 = random.beta(k_0, alpha, jnp.maximum(start, 1).astype(dtype), dtype=dtype)
+    sum_log_r = jnp.sum(jnp.where(sizes > 0, jnp.log(jnp.maximum(r, tiny)), 0.0))
+    log_r0 = jnp.where(start > 0, jnp.log(jnp.maximum(r0, tiny)), 0.0)
+    return sum_log_r, log_r0
+
+
+def _gamma_draw(key, shape, rate, dtype):
+    return random.gamma(key, shape, dtype=dtype) / rate
+
+
+def resample_alpha_kappa(rng_key, alpha, kappa, tables: TableCounts, n, first, alpha_prior=None, kappa_prior=None):
+    r"""Exact update of ``alpha ~ Gamma(a1, b1)`` and/or ``kappa ~ Gamma(a2, b2)`` (independent priors).
+
+    The sticky CRF (Fox et al. eqs. 28-32) gives, with the start row ``Dir(alpha beta)``,
+    ``p(alpha, kappa | m, w, n) ∝ p(alpha) p(kappa) alpha^{m.. - w.} kappa^{w.}
+    prod_j Gamma(alpha + kappa)/Gamma(alpha + kappa + n_j.) * Gamma(alpha)/Gamma(alpha + n_0)``
+    (each table either considered a dish through ``alpha beta`` or was overridden through
+    ``kappa``; ``m..`` counts the start row's tables too).  With the ``Beta`` auxiliaries of
+    :func:`_log_beta_aux` the two are conditionally independent Gammas:
+    ``alpha ~ Gamma(a1 + m.. - w., b1 - sum_j log r_j - log r_0)``,
+    ``kappa ~ Gamma(a2 + w., b2 - sum_j log r_j)``.  (Derived here; Fox et al. resample
+    ``alpha + kappa`` and ``rho`` instead, see :func:`resample_c_rho`.)  A prior of ``None``
+    keeps that parameter fixed.
+    """
+    k_aux, k_a, k_k = random.split(rng_key, 3)
+    dtype = jnp.result_type(alpha, kappa, float)
+    sum_log_r, log_r0 = _log_beta_aux(k_aux, alpha, kappa, n, first)
+    m_total = jnp.sum(tables.m).astype(dtype)
+    w_total = jnp.sum(tables.w).astype(dtype)
+    if alpha_prior is not None:
+        alpha = _gamma_draw(k_a, alpha_prior[0] + m_total - w_total, alpha_prior[1] - sum_log_r - log_r0, dtype)
+    if kappa_prior is not None:
+        kappa = _gamma_draw(k_k, kappa_prior[0] + w_total, kappa_prior[1] - sum_log_r, dtype)
+    return alpha, kappa
+
+
+def resample_c_rho(rng_key, alpha, kappa, tables: TableCounts, n, first, c_prior, rho_prior, num_mh: int = 32):
+    r"""Exact update of ``c = alpha + kappa ~ Gamma(a, b)`` and ``rho = kappa / c ~ Beta(e, f)``.
+
+    Fox et al. eqs. 50-53 (App. III), extended to the start row ``Dir(alpha beta)``, whose
+    concentration ``alpha = (1 - rho) c`` couples the two.  With the auxiliaries of
+    :func:`_log_beta_aux` (``r_0 ~ Beta((1 - rho) c, n_0)``):
+
+    * ``c | rho, r ~ Gamma(a + m.., b - sum_j log r_j - (1 - rho) log r_0)`` (eq. 53 when there is
+      no start row);
+    * ``rho | c, r, w ∝ Beta(rho; e + w., f + m.. - w.) exp(-rho c log r_0)`` (eq. 50 times the
+      start-row tilt), sampled by ``num_mh`` independence Metropolis-Hastings steps that propose
+      from the Beta factor (acceptance ``exp(-c log r_0 (rho' - rho))``).
+
+    Returns ``(alpha, kappa)``.
+    """
+    k_aux, k_c, k_mh = random.split(rng_key, 3)
+    dtype = jnp.result_type(alpha, kappa, float)
+    c = alpha + kappa
+    rho = kappa / c
+    sum_log_r, log_r0 = _log_beta_aux(k_aux, alpha, kappa, n, first)
+    m_total = jnp.sum(tables.m).astype(dtype)
+    w_total = jnp.sum(tables.w).astype(dtype)
+    c = _gamma_draw(k_c, c_prior[0] + m_total, c_prior[1] - sum_log_r - (1.0 - rho) * log_r0, dtype)
+    tilt = -c * log_r0  # >= 0
+    a_post, b_post = rho_prior[0] + w_total, rho_prior[1] + m_total - w_total
+
+    def mh(rho_cur, key):
+        k_prop, k_acc = random.split(key)
+        prop = random.beta(k_prop, a_post, b_post, dtype=dtype)
+        accept = jnp.log(random.uniform(k_acc, (), dtype)) < tilt * (prop - rho_cur)
+        return jnp.where(accept, prop, rho_cur), None
+
+    rho, _ = jax.lax.scan(mh, rho, random.split(k_mh, num_mh))
+    return (1.0 - rho) * c, rho * c
+
+
+def resample_gamma(rng_key, gamma, num_dishes, num_informative_tables, shape, rate, printed_typo: bool = False):
+    r"""Escobar-West update of ``gamma ~ Gamma(shape, rate)`` (Fox et al. eqs. 54-56, 92-93).
+
+    Target ``p(gamma | Kbar, mbar..) ∝ p(gamma) gamma^Kbar Gamma(gamma) / Gamma(gamma + mbar..)``:
+    ``eta ~ Beta(gamma + 1, mbar..)``, ``odds = (shape + Kbar - 1) / (mbar.. (rate - log eta))``,
+    ``pi = odds / (1 + odds)``, ``gamma ~ pi Gamma(shape + Kbar, rate - log eta) + (1 - pi)
+    Gamma(shape + Kbar - 1, rate - log eta)``.  The paper prints the odds as the mixing
+    probability (notes erratum 3); ``printed_typo=True`` reproduces that mistake (clipped to
+    1) for tests that must detect it.
+    """
+    k_eta, k_mix, k_g = random.split(rng_key, 3)
+    dtype = jnp.result_type(gamma, float)
+    mbar = jnp.maximum(num_informative_tables, 1).astype(dtype)
+    eta = random.beta(k_eta, gamma + 1.0, mbar, dtype=dtype)
+    post_rate = rate - jnp.log(eta)
+    odds = (shape + num_dishes - 1.0) / (mbar * post_rate)
+    pi = jnp.minimum(odds, 1.0) if printed_typo else odds / (1.0 + odds)
+    extra = (random.uniform(k_mix, (), dtype) < pi).astype(dtype)
+    g = random.gamma(k_g, shape + num_dishes - 1.0 + extra, dtype=dtype) / post_rate
+    # with no informative table the likelihood is flat: draw from the prior
+    return jnp.where(num_informative_tables > 0, g, random.gamma(k_g, shape, dtype=dtype) / rate)
+
+
+def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, num_states: int, shape, rate, max_total: int, printed_typo: bool = False):
+    r"""Exact update of ``gamma ~ Gamma(shape, rate)`` under the weak limit ``beta ~ Dir(gamma/L)``.
+
+    Integrating ``beta`` out, the informative tables' dishes are Dirichlet-multinomial:
+    ``p(mbar | gamma) ∝ Gamma(gamma)/Gamma(gamma + mbar..) prod_k Gamma(gamma/L + mbar_k)/Gamma(gamma/L)``.
+    The product is augmented with top-level tables ``u_k ~ CRP-tables(mbar_k, gamma/L)``
+    (:func:`sample_crp_tables`), after which ``gamma`` has the Antoniak form with
+    ``Kbar = sum_k u_k`` and :func:`resample_gamma` applies.  As ``L -> inf``, ``u_k -> 1(mbar_k > 0)``
+    and this reduces to Fox et al. eq. 56, which the paper uses (approximately) for the weak limit.
+    """
+    k_u, k_g = random.split(rng_key)
+    mbar_dishes = jnp.asarray(mbar_dishes, jnp.int32)
+    conc = jnp.broadcast_to(gamma / num_states, mbar_dishes.shape)
+    u = sample_crp_tables(k_u, mbar_dishes, conc, max_total)
+    return resample_gamma(k_g, gamma, jnp.sum(u), jnp.sum(mbar_dishes), shape, rate, printed_typo)

@@ -1,0 +1,175 @@
+"""The protocol every emission family implements.
+
+An emission family is a conjugate prior ``p(theta | lambda)`` together with a likelihood
+``f(y | theta)``.  One object holds the prior hyperparameters ``lambda``; the posterior given
+sufficient statistics is again an object of the same class whose hyperparameters carry a
+leading batch axis (one entry per state).  Families are JAX pytrees (hyperparameters are the
+leaves, sizes and orders the static auxiliary data), so they pass through ``jit``, ``vmap`` and
+``jax.eval_shape`` and can be closed over or passed as arguments.
+
+Terminology used by every method:
+
+``y``
+    raw observations, shape ``(T, *event_shape)``; NaN marks a missing step.
+``x, valid = family.prepare(y)``
+    the model's view of the observations: a pytree whose leaves have leading axis ``T`` (for
+    most families just ``y`` with NaNs replaced by a harmless placeholder; for the
+    autoregressive family ``y`` together with its lagged regressors), and a boolean ``(T,)``
+    mask of the steps that carry information.
+``stats``
+    sufficient statistics: a pytree of weighted sums over time, leading axis ``K`` (one entry
+    per state).  Statistics add: the statistics of a union of data sets are the sum.
+``params``
+    emission parameters ``theta``: a dict ``{param_name: array}`` with leading axis ``K``.
+
+All array methods are pure and jittable.  ``check_observations`` is the one exception: it runs
+on concrete arrays and raises ``ValueError`` naming the argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpyro
+
+__all__ = ["EmissionFamily", "state_weights", "emission_site"]
+
+Params = Dict[str, jax.Array]
+Stats = Any
+
+
+def state_weights(states, valid, num_states: int, dtype=None):
+    """One-hot ``(T, K)`` weights of the states, zeroed where ``valid`` is False."""
+    dtype = dtype or jnp.result_type(float)
+    return jax.nn.one_hot(states, num_states, dtype=dtype) * valid[..., None].astype(dtype)
+
+
+class EmissionFamily:
+    """Base class of the conjugate emission families (see the module docstring).
+
+    Subclasses implement the abstract methods below and register themselves as pytrees with
+    :func:`jax.tree_util.register_pytree_node_class` (``tree_flatten`` returns the
+    hyperparameters as children and the static configuration as auxiliary data).
+    """
+
+    #: names of the emission parameters; the model declares the site ``f"{name}_{p}"`` for each
+    param_names: Tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def event_shape(self) -> Tuple[int, ...]:
+        """Shape of one observation ``y_t``."""
+        raise NotImplementedError
+
+    @property
+    def batch_shape(self) -> Tuple[int, ...]:
+        """Batch shape of the hyperparameters: ``()`` for a prior, ``(K,)`` for ``K`` posteriors."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ data
+    def check_observations(self, y, name: str = "obs") -> None:
+        """Validate concrete observations ``y`` of shape ``(..., T, *event_shape)``.
+
+        Raises ``ValueError`` naming ``name`` on a wrong trailing shape, on values outside the
+        support (negative counts, out-of-range categories, non-unit vectors), or on infinities.
+        NaN is allowed: it marks a missing observation.
+        """
+        raise NotImplementedError
+
+    def prepare(self, y):
+        """``y (T, *event_shape) -> (x, valid)``: sanitized observations and the ``(T,)`` mask.
+
+        NaN entries (missing steps) are replaced by a placeholder inside the support so that
+        every downstream log density is finite and has finite gradients; ``valid`` is False
+        there.  Batched sequences are handled by ``jax.vmap`` over a leading axis.
+        """
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ conjugate machinery
+    def sufficient_statistics(self, x, weights) -> Stats:
+        """Weighted sufficient statistics: ``x`` from :meth:`prepare`, ``weights (T, K)``.
+
+        ``weights[t, k]`` is the weight of step ``t`` in state ``k`` (one-hot state indicators
+        times the validity mask, see :func:`state_weights`).  Returns a pytree with leading
+        axis ``K``.
+        """
+        raise NotImplementedError
+
+    def posterior(self, stats) -> "EmissionFamily":
+        """The conjugate posterior: a family of the same class, batch shape = that of ``stats``."""
+        raise NotImplementedError
+
+    def log_marginal_likelihood(self, stats) -> jax.Array:
+        """``log p(x_{assigned to k}) = log int prod_t f(x_t | theta)^{w_tk} p(theta) dtheta``, shape ``(K,)``."""
+        raise NotImplementedError
+
+    def log_predictive(self, x, stats) -> jax.Array:
+        """Log posterior predictive density of ONE observation ``x`` (a pytree without a time
+        axis, as one row of :meth:`prepare`'s output) given each state's statistics: ``(K,)``.
+
+        Families implement the closed form (e.g. Student-t for Gaussian families), so that the
+        chain rule ``sum_t log p(x_t | x_<t) = log p(x_1:T)`` is an independent check.
+        """
+        raise NotImplementedError
+
+    def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()) -> Params:
+        """Draw ``theta ~ p(theta | lambda)``; leading shape ``sample_shape + batch_shape``."""
+        raise NotImplementedError
+
+    def sample_posterior(self, rng_key, stats) -> Params:
+        """Draw ``theta_k ~ p(theta | stats_k, lambda)`` for every state: leading axis ``K``."""
+        return self.posterior(stats).sample_parameters(rng_key)
+
+    def log_prior(self, params: Params) -> jax.Array:
+        """``log p(theta_k | lambda)`` for each state ``k``: shape ``(K,)``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ likelihood
+    def log_likelihoods(self, x, params: Params) -> jax.Array:
+        """The ``(T, K)`` matrix ``log f(x_t | theta_k)`` (NOT masked: combine with ``valid``)."""
+        raise NotImplementedError
+
+    def pointwise_log_likelihood(self, y, params: Params, states) -> jax.Array:
+        """``log f(y_t | theta_{z_t})`` for one sequence, shape ``(T,)``, 0 at missing steps."""
+        x, valid = self.prepare(y)
+        ll = self.log_likelihoods(x, params)
+        picked = jnp.take_along_axis(ll, jnp.asarray(states)[:, None], axis=1)[:, 0]
+        return jnp.where(valid, picked, 0.0)
+
+    def sample_observations(self, rng_key, params: Params, states) -> jax.Array:
+        """Draw ``y_t ~ f(. | theta_{z_t})`` for one state sequence ``states (T,)``.
+
+        Returns ``(T, *event_shape)``.  Families with temporal dependence (autoregressive)
+        override this with a scan.
+        """
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ NumPyro sites
+    def sample_sites(self, name: str, num_states: int) -> Params:
+        """Declare the emission parameters as NumPyro sample sites ``f"{name}_{p}"``.
+
+        Must be called inside a NumPyro model; each site has shape ``(num_states, ...)`` and a
+        NumPyro distribution built from the prior (conditionals in order, e.g. the covariance
+        before the mean that depends on it).  Returns the parameter dict.
+        """
+        raise NotImplementedError
+
+    @classmethod
+    def weakly_informative(cls, data, **kwargs) -> "EmissionFamily":
+        """A data-scaled, weakly informative prior for observations ``data (..., T, *event)``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ helpers
+    def __repr__(self) -> str:
+        leaves = ", ".join(
+            f"{k}={getattr(self, k).shape if hasattr(getattr(self, k), 'shape') else getattr(self, k)}"
+            for k in getattr(self, "_hyper_names", ())
+        )
+        return f"{type(self).__name__}({leaves})"
+
+
+def emission_site(name: str, fn, **kwargs):
+    """``numpyro.sample`` with the site tagged as an emission parameter (kernels look for it)."""
+    return numpyro.sample(name, fn, infer={"hdphmm_role": "emission"}, **kwargs)

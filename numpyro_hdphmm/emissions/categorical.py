@@ -1,0 +1,212 @@
+"""Categorical emissions with a Dirichlet prior (the Dirichlet-multinomial model).
+
+Model, for each state ``k``::
+
+    probs_k ~ Dirichlet(concentration)                       probs_k in the (C-1)-simplex
+    y_t | z_t = k ~ Categorical(probs_k)                      y_t in {0, ..., C-1}
+
+References: Murphy (2012), *Machine Learning: A Probabilistic Perspective*, §3.4 (posterior
+eq. (3.49), predictive eq. (3.51)) and §5.3.2.2 eq. (5.24) (marginal likelihood).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln, xlogy
+
+from numpyro_hdphmm._core.validation import check_integer, check_positive, is_concrete
+from numpyro_hdphmm.emissions._gamma import as_array, as_float, float_dtype
+from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
+
+__all__ = ["Categorical"]
+
+
+def _check_num_categories(num_categories) -> int:
+    try:
+        if isinstance(num_categories, bool):
+            raise TypeError
+        c = operator.index(num_categories)
+    except TypeError:
+        raise ValueError(f"`num_categories` must be an integer >= 2, got {num_categories!r}.") from None
+    if c < 2:
+        raise ValueError(f"`num_categories` must be an integer >= 2, got {c}.")
+    return c
+
+
+@jax.tree_util.register_pytree_node_class
+class Categorical(EmissionFamily):
+    """Categorical emissions over ``num_categories`` symbols with a Dirichlet prior.
+
+    Args:
+        num_categories: ``C >= 2`` (static).
+        concentration: scalar, ``(C,)`` or ``(*batch, C)`` Dirichlet concentration ``> 0``;
+            stored broadcast to ``(*batch, C)``.
+
+    Observations are category indices ``y (T,)``: an integer array, or a float array whose
+    NaN entries mark missing steps.  The parameter is ``probs (K, C)``.  Sufficient
+    statistics are ``{"counts": (K, C)}``, the weighted number of times each state emitted
+    each category.
+    """
+
+    param_names = ("probs",)
+    _hyper_names = ("concentration",)
+
+    def __init__(self, num_categories, concentration=1.0):
+        C = _check_num_categories(num_categories)
+        concentration = as_array(concentration)
+        check_positive("concentration", concentration)
+        shape = jnp.shape(concentration)
+        if len(shape) >= 1 and shape[-1] not in (1, C):
+            raise ValueError(
+                f"`concentration` must be a scalar or have trailing dimension {C} "
+                f"(num_categories), got shape {shape}."
+            )
+        self.num_categories = C
+        conc = as_float(concentration, float_dtype(concentration))
+        self.concentration = jnp.broadcast_to(conc, shape[:-1] + (C,))
+
+    # ------------------------------------------------------------------ pytree
+    def tree_flatten(self):
+        return (self.concentration,), (self.num_categories,)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        (obj.num_categories,) = aux
+        (obj.concentration,) = children
+        return obj
+
+    def _with_concentration(self, concentration) -> "Categorical":
+        return self.tree_unflatten((self.num_categories,), (concentration,))
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def event_shape(self) -> Tuple[int, ...]:
+        return ()
+
+    @property
+    def batch_shape(self) -> Tuple[int, ...]:
+        return tuple(jnp.shape(self.concentration)[:-1])
+
+    # ------------------------------------------------------------------ data
+    def check_observations(self, y, name: str = "obs") -> None:
+        """Shape ``(..., T)``; integer values in ``[0, C)`` (NaN = missing in float arrays)."""
+        if jnp.ndim(y) < 1:
+            raise ValueError(f"`{name}` must have shape (..., T), got a scalar.")
+        if is_concrete(y):
+            check_integer(name, np.asarray(y), low=0, high=self.num_categories, allow_nan=True)
+
+    def prepare(self, y):
+        """``y (T,) -> (x (T,) int32, valid (T,))``; NaN (float input) -> category 0, invalid."""
+        y = jnp.asarray(y)
+        if jnp.issubdtype(y.dtype, jnp.floating):
+            valid = ~jnp.isnan(y)
+            x = jnp.where(valid, y, 0).astype(jnp.int32)
+        else:
+            valid = jnp.ones(y.shape, dtype=bool)
+            x = y.astype(jnp.int32)
+        return x, valid
+
+    # ------------------------------------------------------------------ conjugate machinery
+    def sufficient_statistics(self, x, weights):
+        """``x (T,)``, ``weights (T, K)`` -> ``{"counts": (K, C)}``.
+
+        ``counts[k, c] = sum_t weights[t, k] [x_t = c]``, computed as a segment sum of the
+        weight rows by category (memory ``O(T K + C K)``; no ``(T, C)`` one-hot matrix).
+        """
+        weights = jnp.asarray(weights)
+        counts = jax.ops.segment_sum(weights, x, num_segments=self.num_categories)  # (C, K)
+        return {"counts": counts.T}
+
+    def posterior(self, stats) -> "Categorical":
+        """``Dirichlet(concentration + counts)`` (MLAPP eq. (3.49)); batch shape ``(K,)``."""
+        return self._with_concentration(self.concentration + stats["counts"])
+
+    def log_marginal_likelihood(self, stats) -> jax.Array:
+        """Dirichlet-multinomial evidence of the *sequence* (MLAPP eq. (5.24)): ``(K,)``.
+
+        ``log B(alpha + n) - log B(alpha)`` with ``log B(a) = sum_c gammaln(a_c) -
+        gammaln(sum_c a_c)``.  No multinomial coefficient: the ordered observations are
+        modelled, not their counts.  Valid for fractional counts.
+        """
+        a = self.concentration
+        n = stats["counts"]
+        return (
+            gammaln(jnp.sum(a, -1))
+            - gammaln(jnp.sum(a, -1) + jnp.sum(n, -1))
+            + jnp.sum(gammaln(a + n) - gammaln(a), -1)
+        )
+
+    def log_predictive(self, x, stats) -> jax.Array:
+        """``log (alpha_x + n_x) / (sum_c alpha_c + n)`` (MLAPP eq. (3.51)); ``x`` scalar -> ``(K,)``."""
+        post = self.concentration + stats["counts"]
+        return jnp.log(jnp.take(post, x, axis=-1)) - jnp.log(jnp.sum(post, -1))
+
+    def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
+        """``probs ~ Dirichlet(concentration)``: ``sample_shape + (*batch, C)``.
+
+        ``jax.random.dirichlet`` normalizes log-Gamma draws, so small concentrations do not
+        produce NaN; entries may still underflow to 0 (handled by :meth:`log_likelihoods`).
+        """
+        shape = tuple(sample_shape) + self.batch_shape
+        probs = jax.random.dirichlet(rng_key, self.concentration, shape, self.concentration.dtype)
+        return {"probs": probs}
+
+    def log_prior(self, params) -> jax.Array:
+        """``log Dirichlet(probs | concentration)``: ``(K,)``."""
+        a = self.concentration
+        p = params["probs"]
+        log_b = jnp.sum(gammaln(a), -1) - gammaln(jnp.sum(a, -1))
+        return jnp.sum(xlogy(a - 1.0, p), -1) - log_b
+
+    # ------------------------------------------------------------------ likelihood
+    def log_likelihoods(self, x, params) -> jax.Array:
+        """``log probs[k, x_t]`` as a ``(T, K)`` gather.
+
+        Departure: probabilities are floored at the dtype's smallest normal number before the
+        log, so an underflowed draw gives a very negative but finite log likelihood.
+        """
+        probs = params["probs"]
+        log_p = jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))  # (K, C)
+        return jnp.take(log_p.T, x, axis=0)
+
+    def sample_observations(self, rng_key, params, states) -> jax.Array:
+        """``y_t ~ Categorical(probs_{z_t})``: integer ``(T,)``."""
+        probs = params["probs"][states]
+        log_p = jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
+        return jax.random.categorical(rng_key, log_p, axis=-1)
+
+    # ------------------------------------------------------------------ NumPyro sites
+    def sample_sites(self, name: str, num_states: int):
+        """Site ``f"{name}_probs"``: ``Dirichlet``, batch ``(K,)``, event ``(C,)``."""
+        conc = jnp.broadcast_to(self.concentration, (num_states, self.num_categories))
+        probs = emission_site(f"{name}_probs", dist.Dirichlet(conc))
+        return {"probs": probs}
+
+    @classmethod
+    def weakly_informative(cls, data, num_categories=None, concentration=0.5) -> "Categorical":
+        """A symmetric Dirichlet prior for category indices ``data (..., T)`` (NaN = missing).
+
+        ``num_categories`` defaults to ``max(data) + 1`` (at least 2): categories never seen
+        cannot be inferred from the data, so pass it explicitly when the vocabulary is known.
+        ``concentration`` defaults to ``0.5`` (the Jeffreys prior of the multinomial), which
+        smooths less than the uniform ``1.0`` when ``C`` is large compared with the number of
+        steps per state.
+        """
+        arr = np.asarray(data)
+        if arr.ndim < 1:
+            raise ValueError("`data` must have shape (..., T), got a scalar.")
+        high = None if num_categories is None else _check_num_categories(num_categories)
+        check_integer("data", arr, low=0, high=high, allow_nan=True)
+        if num_categories is None:
+            observed = arr[~np.isnan(arr)] if np.issubdtype(arr.dtype, np.floating) else arr
+            if observed.size == 0:
+                raise ValueError("`data` has no observed values; pass `num_categories`.")
+            num_categories = max(int(observed.max()) + 1, 2)
+        return cls(num_categories, concentration)

@@ -1,0 +1,294 @@
+"""Diagonal-covariance Gaussian emissions with an independent Normal-Gamma prior per dimension.
+
+Model, for each state ``k`` and dimension ``d`` (Murphy 2007, "Conjugate Bayesian analysis of
+the Gaussian distribution", §3)::
+
+    precision_kd ~ Gamma(concentration_d, rate_d)                    (rate parameterization)
+    mu_kd | precision_kd ~ N(loc_d, 1 / (mean_precision_d * precision_kd))
+    y_td | z_t = k ~ N(mu_kd, 1 / precision_kd)
+
+Murphy's ``(mu_0, kappa_0, alpha_0, beta_0)`` are ``(loc, mean_precision, concentration,
+rate)`` here.  Dimensions are independent a priori and a posteriori, so every closed form is
+a sum over ``d`` of the univariate one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln
+
+from numpyro_hdphmm._core.validation import check_finite, check_positive
+from numpyro_hdphmm.emissions._gamma import (
+    HIGHEST,
+    as_array,
+    as_float,
+    broadcast_named,
+    check_overrides,
+    float_dtype,
+    gamma_log_normalizer,
+    gamma_log_prob,
+    sample_log_gamma,
+)
+from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
+
+__all__ = ["DiagonalGaussian"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+@jax.tree_util.register_pytree_node_class
+class DiagonalGaussian(EmissionFamily):
+    """Gaussian emissions with diagonal covariance and a per-dimension Normal-Gamma prior.
+
+    Args:
+        loc: ``(*batch, D)`` prior mean of ``mu`` (Murphy's ``mu_0``); ``D >= 1``.
+        mean_precision: ``(*batch, D)``, ``(D,)`` or scalar ``> 0``: pseudo-count of the mean
+            (``kappa_0``); ``mu | precision`` has precision ``mean_precision * precision``.
+        concentration: as above, ``> 0``: Gamma shape of the precision (``alpha_0``).
+        rate: as above, ``> 0``: Gamma rate of the precision (``beta_0``).
+
+    All four are broadcast to a common shape ``(*batch, D)`` and stored that way.  The
+    parameters are ``mu (K, D)`` and ``precision (K, D)`` (inverse variances).
+
+    Sufficient statistics are the dict ``{"count", "sum", "sum_sq"}``, each ``(K, D)``: the
+    weighted number of steps, ``sum_t w_tk y_td`` and ``sum_t w_tk y_td^2``.
+    """
+
+    param_names = ("mu", "precision")
+    _hyper_names = ("loc", "mean_precision", "concentration", "rate")
+
+    def __init__(self, loc, mean_precision=1.0, concentration=1.0, rate=1.0):
+        loc, mean_precision, concentration, rate = map(as_array, (loc, mean_precision, concentration, rate))
+        if jnp.ndim(loc) < 1:
+            raise ValueError(
+                f"`loc` must have at least one dimension (shape (D,)), got shape {jnp.shape(loc)}."
+            )
+        check_finite("loc", loc)
+        check_positive("mean_precision", mean_precision)
+        check_positive("concentration", concentration)
+        check_positive("rate", rate)
+        named = {
+            "loc": loc,
+            "mean_precision": mean_precision,
+            "concentration": concentration,
+            "rate": rate,
+        }
+        shape = broadcast_named(named)
+        if shape[-1] != jnp.shape(loc)[-1]:
+            raise ValueError(
+                f"`loc` has {jnp.shape(loc)[-1]} dimension(s) but the other hyperparameters "
+                f"broadcast to {shape[-1]}; give `loc` the full event shape (D,)."
+            )
+        dtype = float_dtype(*named.values())
+        for key, value in named.items():
+            setattr(self, key, jnp.broadcast_to(as_float(value, dtype), shape))
+
+    # ------------------------------------------------------------------ pytree
+    def tree_flatten(self):
+        return (self.loc, self.mean_precision, self.concentration, self.rate), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj.loc, obj.mean_precision, obj.concentration, obj.rate = children
+        return obj
+
+    @classmethod
+    def _from_hypers(cls, loc, mean_precision, concentration, rate):
+        return cls.tree_unflatten(None, (loc, mean_precision, concentration, rate))
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def event_shape(self) -> Tuple[int, ...]:
+        return tuple(jnp.shape(self.loc)[-1:])
+
+    @property
+    def batch_shape(self) -> Tuple[int, ...]:
+        return tuple(jnp.shape(self.loc)[:-1])
+
+    # ------------------------------------------------------------------ data
+    def check_observations(self, y, name: str = "obs") -> None:
+        """Shape ``(..., T, D)``, real-valued, no infinities (NaN = missing)."""
+        D = self.event_shape[0]
+        if jnp.ndim(y) < 2 or jnp.shape(y)[-1] != D:
+            raise ValueError(f"`{name}` must have shape (..., T, {D}), got {jnp.shape(y)}.")
+        dtype = jnp.result_type(y) if isinstance(y, jax.Array) else np.asarray(y).dtype
+        if dtype.kind not in "biuf":
+            raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}.")
+        check_finite(name, y, allow_nan=True)
+
+    def prepare(self, y):
+        """``y (T, D) -> (x (T, D), valid (T,))``: a row with any NaN is a missing step.
+
+        Missing rows are replaced by zeros (every log density stays finite) and marked
+        ``valid = False``.
+        """
+        y = jnp.asarray(y)
+        if not jnp.issubdtype(y.dtype, jnp.floating):
+            y = y.astype(jnp.result_type(float))
+        valid = ~jnp.any(jnp.isnan(y), axis=-1)
+        x = jnp.where(valid[..., None], y, jnp.zeros((), y.dtype))
+        return x, valid
+
+    # ------------------------------------------------------------------ conjugate machinery
+    def sufficient_statistics(self, x, weights):
+        """``x (T, D)``, ``weights (T, K)`` -> ``{"count", "sum", "sum_sq"}``, each ``(K, D)``."""
+        weights = jnp.asarray(weights)
+        dtype = jnp.result_type(x, weights)
+        x = x.astype(dtype)
+        weights = weights.astype(dtype)
+        count = jnp.sum(weights, axis=0)
+        s1 = jnp.matmul(weights.T, x, precision=HIGHEST)
+        s2 = jnp.matmul(weights.T, x * x, precision=HIGHEST)
+        return {"count": jnp.broadcast_to(count[:, None], s1.shape), "sum": s1, "sum_sq": s2}
+
+    def _posterior_hypers(self, stats):
+        """Normal-Gamma update, Murphy (2007) §3.3 eqs. (86)-(89).
+
+        ``beta_n`` is computed from statistics centred at the prior mean ``mu_0``:
+        with ``S = sum w (y - mu_0)`` and ``Q = sum w (y - mu_0)^2``,
+        ``beta_n = beta_0 + (Q - S^2 / kappa_n) / 2``, which equals eq. (89)
+        (``sum (y - ybar)^2 / 2 + kappa_0 n (ybar - mu_0)^2 / (2 kappa_n)``) but needs no
+        division by ``n`` (so ``n = 0`` and fractional weights are fine).  It is clamped below
+        at ``beta_0`` (its exact lower bound, by Cauchy-Schwarz) against round-off.
+        """
+        n, s1, s2 = stats["count"], stats["sum"], stats["sum_sq"]
+        m0, k0, a0, b0 = self.loc, self.mean_precision, self.concentration, self.rate
+        kn = k0 + n
+        mn = (k0 * m0 + s1) / kn
+        an = a0 + 0.5 * n
+        centred_sum = s1 - n * m0
+        centred_sq = s2 - 2.0 * m0 * s1 + n * m0 * m0
+        bn = jnp.maximum(b0 + 0.5 * (centred_sq - centred_sum * centred_sum / kn), b0)
+        return mn, kn, an, bn
+
+    def posterior(self, stats) -> "DiagonalGaussian":
+        """The Normal-Gamma posterior (Murphy 2007 eqs. (86)-(89)); batch shape ``(K,)``."""
+        return self._from_hypers(*self._posterior_hypers(stats))
+
+    def log_marginal_likelihood(self, stats) -> jax.Array:
+        """Murphy (2007) §3.5 eq. (95), summed over dimensions: shape ``(K,)``.
+
+        ``log p(D) = sum_d [log Gamma(a_n) - log Gamma(a_0) + a_0 log b_0 - a_n log b_n
+        + (log k_0 - log k_n) / 2 - n/2 log(2 pi)]``, with ``n`` the (possibly fractional)
+        weighted count.
+        """
+        _, kn, an, bn = self._posterior_hypers(stats)
+        n = stats["count"]
+        per_dim = (
+            gamma_log_normalizer(an, bn)
+            - gamma_log_normalizer(self.concentration, self.rate)
+            + 0.5 * (jnp.log(self.mean_precision) - jnp.log(kn))
+            - 0.5 * n * _LOG_2PI
+        )
+        return jnp.sum(per_dim, axis=-1)
+
+    def log_predictive(self, x, stats) -> jax.Array:
+        """Student-t posterior predictive, Murphy (2007) §3.6 eq. (100), summed over ``d``.
+
+        ``y_d | D ~ t_{2 a_n}(mu_n, b_n (k_n + 1) / (a_n k_n))`` (second argument = squared
+        scale).  ``x (D,)``, returns ``(K,)``.
+        """
+        mn, kn, an, bn = self._posterior_hypers(stats)
+        df = 2.0 * an
+        scale_sq = bn * (kn + 1.0) / (an * kn)
+        z2 = (x - mn) ** 2 / (df * scale_sq)
+        per_dim = (
+            gammaln(0.5 * (df + 1.0))
+            - gammaln(0.5 * df)
+            - 0.5 * (jnp.log(df) + math.log(math.pi) + jnp.log(scale_sq))
+            - 0.5 * (df + 1.0) * jnp.log1p(z2)
+        )
+        return jnp.sum(per_dim, axis=-1)
+
+    def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
+        """``precision ~ Gamma(alpha, beta)``, ``mu ~ N(loc, 1/(kappa precision))``.
+
+        The precision is drawn in log space so that the standard deviation of ``mu`` stays
+        finite even when the precision underflows.  Shapes ``sample_shape + (*batch, D)``.
+        """
+        shape = tuple(sample_shape) + jnp.shape(self.loc)
+        k1, k2 = jax.random.split(rng_key)
+        log_tau = sample_log_gamma(k1, self.concentration, self.rate, shape, self.loc.dtype)
+        z = jax.random.normal(k2, shape, self.loc.dtype)
+        mu = self.loc + z * jnp.exp(-0.5 * (log_tau + jnp.log(self.mean_precision)))
+        return {"mu": mu, "precision": jnp.exp(log_tau)}
+
+    def log_prior(self, params) -> jax.Array:
+        """``sum_d [log Gamma(tau | alpha, beta) + log N(mu | loc, 1/(kappa tau))]``: ``(K,)``."""
+        mu, tau = params["mu"], params["precision"]
+        prec_mu = self.mean_precision * tau
+        log_normal = 0.5 * (jnp.log(prec_mu) - _LOG_2PI) - 0.5 * prec_mu * (mu - self.loc) ** 2
+        return jnp.sum(gamma_log_prob(tau, self.concentration, self.rate) + log_normal, axis=-1)
+
+    # ------------------------------------------------------------------ likelihood
+    def log_likelihoods(self, x, params) -> jax.Array:
+        """``x (T, D)``, ``mu, precision (K, D)`` -> ``(T, K)`` Gaussian log densities."""
+        mu, tau = params["mu"], params["precision"]
+        const = 0.5 * jnp.sum(jnp.log(tau) - _LOG_2PI, axis=-1)  # (K,)
+        quad = jnp.sum(tau[None] * (x[:, None, :] - mu[None]) ** 2, axis=-1)  # (T, K)
+        return const[None, :] - 0.5 * quad
+
+    def sample_observations(self, rng_key, params, states) -> jax.Array:
+        """``y_t = mu_{z_t} + eps_t / sqrt(precision_{z_t})``: ``(T, D)``."""
+        mu = params["mu"][states]
+        tau = params["precision"][states]
+        return mu + jax.random.normal(rng_key, mu.shape, mu.dtype) * jax.lax.rsqrt(tau)
+
+    # ------------------------------------------------------------------ NumPyro sites
+    def sample_sites(self, name: str, num_states: int):
+        """Sites ``f"{name}_precision"`` (Gamma) then ``f"{name}_mu"`` (Normal), each ``(K, D)``.
+
+        Each site has batch shape ``(K,)`` and event shape ``(D,)``.
+        """
+        shape = (num_states,) + self.event_shape
+        conc = jnp.broadcast_to(self.concentration, shape)
+        rate = jnp.broadcast_to(self.rate, shape)
+        precision = emission_site(f"{name}_precision", dist.Gamma(conc, rate).to_event(1))
+        loc = jnp.broadcast_to(self.loc, shape)
+        scale = jax.lax.rsqrt(self.mean_precision * precision)
+        mu = emission_site(f"{name}_mu", dist.Normal(loc, scale).to_event(1))
+        return {"mu": mu, "precision": precision}
+
+    @classmethod
+    def weakly_informative(cls, data, **overrides) -> "DiagonalGaussian":
+        """A data-scaled prior for ``data (..., T, D)`` (NaN = missing).
+
+        With ``m_d`` and ``v_d`` the per-dimension mean and variance of the observed values
+        (``v_d = 1`` when undefined or zero):
+
+        * ``loc = m``: states are centred on the data a priori;
+        * ``mean_precision = 0.1``: ``mu`` has prior standard deviation ``sqrt(10) ~ 3.2``
+          times the state's own standard deviation;
+        * ``concentration = 1.0``, ``rate = concentration * v``: the prior mean of the
+          precision is ``1 / v`` (a state as spread as the pooled data) with an exponential,
+          i.e. very broad, shape.
+
+        Any of ``loc``, ``mean_precision``, ``concentration``, ``rate`` may be overridden; when
+        ``concentration`` is given but ``rate`` is not, ``rate = concentration * v``.
+        """
+        check_overrides(overrides, cls._hyper_names, "DiagonalGaussian.weakly_informative")
+        if jnp.ndim(data) < 2:
+            raise ValueError(f"`data` must have shape (..., T, D), got {jnp.shape(data)}.")
+        arr = np.asarray(data, dtype=float)
+        check_finite("data", arr, allow_nan=True)
+        flat = arr.reshape(-1, arr.shape[-1])
+        observed = ~np.isnan(flat)
+        count = observed.sum(0)
+        safe = np.where(observed, flat, 0.0)
+        mean = np.where(count > 0, safe.sum(0) / np.maximum(count, 1), 0.0)
+        var = np.where(observed, (flat - mean) ** 2, 0.0).sum(0) / np.maximum(count, 1)
+        var = np.where((count > 1) & (var > 0) & np.isfinite(var), var, 1.0)
+        concentration = overrides.get("concentration", 1.0)
+        return cls(
+            loc=overrides.get("loc", mean),
+            mean_precision=overrides.get("mean_precision", 0.1),
+            concentration=concentration,
+            rate=overrides.get("rate", np.asarray(concentration) * var),
+        )

@@ -1,0 +1,510 @@
+"""The base class every HDP-HMM kernel is built on.
+
+A kernel of this package is a NumPyro :class:`~numpyro.infer.mcmc.MCMCKernel` over the user's
+model.  The base class
+
+* traces the model once and finds the sites :func:`numpyro_hdphmm.sample` declared (by their
+  ``infer["hdphmm_role"]`` tag): ``{name}_beta``, ``{name}_trans``, the emission parameters,
+  ``{name}_states`` and the observed ``{name}``; the algorithm owns them;
+* recognizes the hyperparameter sites that have an exact auxiliary-variable update
+  (:mod:`numpyro_hdphmm._core.crp`): ``gamma``, ``alpha``, ``kappa`` with Gamma priors, or
+  ``alpha + kappa`` with a Gamma prior and ``rho = kappa / (alpha + kappa)`` with a Beta prior,
+  each a sample site that feeds nothing else; recognition is numerical (the model is evaluated
+  at probe values of the candidate sites), so any way of writing the model works;
+* updates every other latent site with an inner kernel (NUTS by default) on the model's joint
+  density conditioned on the rest, refreshed after each sweep;
+* implements NumPyro's block protocol (``model``, ``refresh``, ``wrap_model``,
+  ``get_constrain_fn``), so a kernel can be one block of :class:`numpyro.infer.Gibbs`, and
+  vectorizes itself over chains (``chain_method="vectorized"``).
+
+A subclass implements :meth:`HDPKernel._init_owned` (initial values of the owned sites) and
+:meth:`HDPKernel._sweep` (one sweep of the algorithm given the model view).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax import random
+from numpyro import handlers
+from numpyro.infer import NUTS
+from numpyro.infer.gibbs import conditioned, latent_sample_sites, prototype_trace, with_conditioning
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.util import log_density
+from numpyro.util import is_prng_key
+
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm.distributions import EmissionLikelihood
+from numpyro_hdphmm.primitives import HDP_ROLE
+
+__all__ = ["HDPState", "HDPSites", "HyperUpdates", "ModelView", "HDPKernel"]
+
+
+class HDPState(NamedTuple):
+    """State of every HDP-HMM kernel.
+
+    ``z``: constrained values of all latent sites the kernel updates; ``num_states``: states in
+    use; ``lp``: log joint density of the model at ``z``; ``overflow``: whether the capacity was
+    reached (infinite-state kernels); ``accept_prob``/``diverging``: statistics of the inner
+    kernel (1.0/False without one); ``aux``: algorithm-specific auxiliary state;
+    ``inner_state``: the inner kernel's state (or ``None``); ``rng_key``.
+    """
+
+    z: Dict[str, jax.Array]
+    num_states: jax.Array
+    lp: jax.Array
+    overflow: jax.Array
+    accept_prob: jax.Array
+    diverging: jax.Array
+    aux: Any
+    inner_state: Any
+    rng_key: jax.Array
+
+
+class HDPSites(NamedTuple):
+    """Static description of the HDP-HMM sites of a model (found by tracing it once)."""
+
+    name: str
+    beta: str
+    trans: str
+    states: str
+    obs: str
+    emission: Tuple[str, ...]
+    param_names: Tuple[str, ...]
+    num_states: int
+    batched: bool  # several sequences (N, T, ...)
+
+
+class HyperUpdates(NamedTuple):
+    """Which hyperparameters get an exact auxiliary-variable update, and from which site.
+
+    ``gamma``: site name or ``None``; ``concentration``: ``"independent"`` (``alpha`` and/or
+    ``kappa`` sites with Gamma priors, the other constant), ``"c_rho"`` (``alpha + kappa`` Gamma,
+    ``rho`` Beta) or ``None``; ``alpha``/``kappa``/``c``/``rho``: the site names (or ``None``).
+    """
+
+    gamma: Optional[str] = None
+    concentration: Optional[str] = None
+    alpha: Optional[str] = None
+    kappa: Optional[str] = None
+    c: Optional[str] = None
+    rho: Optional[str] = None
+
+    @property
+    def sites(self) -> Tuple[str, ...]:
+        return tuple(s for s in (self.gamma, self.alpha, self.kappa, self.c, self.rho) if s is not None)
+
+
+class ModelView(NamedTuple):
+    """The model as one sweep sees it at the current values.
+
+    ``gamma``, ``alpha``, ``kappa``: hyperparameter values; ``emission``: the emission family
+    (with its current hyperparameters); ``y``: observations ``(N, T, ...)``; ``x``, ``valid``:
+    the family's prepared observations and mask, ``(N, T, ...)`` and ``(N, T)``; ``lengths``
+    ``(N,)``; ``priors``: ``{site: fn}`` of the recognized hyperparameter sites.
+    """
+
+    gamma: jax.Array
+    alpha: jax.Array
+    kappa: jax.Array
+    emission: Any
+    y: jax.Array
+    x: Any
+    valid: jax.Array
+    lengths: jax.Array
+    priors: Dict[str, Any]
+
+
+def _unwrap(fn):
+    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
+        fn = fn.base_dist
+    return fn
+
+
+def _is_scalar_site(site, cls) -> bool:
+    fn = _unwrap(site["fn"])
+    return isinstance(fn, cls) and tuple(site["fn"].shape()) == () and jnp.shape(site["value"]) == ()
+
+
+def _is_constant(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _close(a, b) -> bool:
+    return bool(np.allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-10))
+
+
+class HDPKernel(MCMCKernel):
+    """Base class of the HDP-HMM kernels (see the module docstring).
+
+    :param model: the NumPyro model; it must declare one HDP-HMM with :func:`numpyro_hdphmm.sample`.
+    :param inner_kernel: kernel for the latent sites the algorithm does not own and cannot
+        update exactly; ``None`` builds ``NUTS`` on the model.  It is re-bound to the model
+        conditioned on every other site (``kernel.wrap_model``).
+    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply
+        (``False`` sends every hyperparameter site to the inner kernel).
+    """
+
+    sample_field = "z"
+
+    def __init__(self, model, *, inner_kernel: Optional[MCMCKernel] = None, exact_hyperparameters: bool = True):
+        if not callable(model):
+            raise ValueError("`model` must be a NumPyro model (a callable).")
+        self._model = model
+        self._inner_proto = inner_kernel
+        self._exact_hyper = exact_hyperparameters
+        self._inner = None
+        self._sites: Optional[HDPSites] = None
+        self._hyper = HyperUpdates()
+        self._inner_sites: Tuple[str, ...] = ()
+        self._sample_fn = None
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def model(self):
+        return self._inference_model
+
+    @property
+    def _inference_model(self):
+        """The model as sampled (subclasses may transform it, e.g. the weak-limit prior)."""
+        return self._model
+
+    @property
+    def default_fields(self):
+        return ("z", "num_states", "lp", "overflow", "accept_prob", "diverging")
+
+    def get_diagnostics_str(self, state):
+        return f"{int(state.num_states)} states, lp {float(state.lp):.4g}"
+
+    def refresh(self, state, model_args, model_kwargs):
+        """Recompute the log joint after sibling blocks of a :class:`numpyro.infer.Gibbs` moved."""
+        lp, _ = log_density(self._inference_model, model_args, model_kwargs or {}, state.z)
+        return state._replace(lp=lp)
+
+    def wrap_model(self, wrapper):
+        new = copy.copy(self)
+        new._model = wrapper(self._model)
+        new._sample_fn = None
+        return new
+
+    def get_constrain_fn(self, model_args, model_kwargs):
+        return lambda z: z
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        sites = self._sites
+
+        def add_num_states(z):
+            if sites is None or sites.states not in z:
+                return z
+            used = jnp.zeros(sites.num_states, bool).at[z[sites.states].reshape(-1)].set(True)
+            return {**z, f"{sites.name}_num_states": jnp.sum(used).astype(jnp.int32)}
+
+        return add_num_states
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_sample_fn"] = None
+        return state
+
+    # ------------------------------------------------------------------ discovery
+    def _discover(self, model_trace) -> HDPSites:
+        roles: Dict[str, list] = {}
+        for site_name, site in model_trace.items():
+            if site["type"] != "sample":
+                continue
+            role = (site.get("infer") or {}).get(HDP_ROLE)
+            if role is not None and role != "emission":
+                roles.setdefault((site["infer"]["hdphmm_name"], role), []).append(site_name)
+        names = sorted({n for n, _ in roles})
+        if not names:
+            raise ValueError(
+                f"{type(self).__name__}: the model declares no HDP-HMM; use numpyro_hdphmm.sample(name, hmm, obs=y)."
+            )
+        if len(names) > 1:
+            raise NotImplementedError(
+                f"{type(self).__name__}: the model declares {len(names)} HDP-HMMs ({names}); one per model is supported."
+            )
+        name = names[0]
+        obs = roles[(name, "obs")][0]
+        if not model_trace[obs]["is_observed"]:
+            raise ValueError(f"{type(self).__name__}: the HDP-HMM site '{obs}' must be observed (pass obs=...).")
+        fn = model_trace[obs]["fn"]
+        emission = fn.emission
+        param_sites = tuple(f"{name}_{p}" for p in emission.param_names)
+        beta = roles[(name, "beta")][0]
+        return HDPSites(
+            name=name,
+            beta=beta,
+            trans=roles[(name, "trans")][0],
+            states=roles[(name, "states")][0],
+            obs=obs,
+            emission=param_sites,
+            param_names=tuple(emission.param_names),
+            num_states=model_trace[beta]["fn"].event_shape[0] - 1,
+            batched=len(fn.batch_shape) == 2,
+        )
+
+    def _hyper_values(self, model_args, model_kwargs, values, probed=()):
+        """``(gamma, alpha, kappa)`` of the model with ``values`` substituted, and the
+        distribution arguments of every other site (all but beta, trans and ``probed``)."""
+        sites = self._sites
+        tr = handlers.trace(
+            handlers.substitute(handlers.seed(conditioned(self._inference_model), 0), data=values)
+        ).get_trace(*model_args, **model_kwargs)
+        hyper = (tr[sites.beta]["fn"].concentration, tr[sites.trans]["fn"].alpha, tr[sites.trans]["fn"].kappa)
+        others = []
+        for site_name, site in tr.items():
+            if site["type"] == "sample" and site_name not in (sites.beta, sites.trans, *probed):
+                others.extend(jax.tree_util.tree_leaves(site["fn"]))
+        return hyper, others
+
+    def _recognize(self, model_trace, latent, model_args, model_kwargs) -> HyperUpdates:
+        """Find hyperparameter sites with exact auxiliary-variable updates (numerical probes)."""
+        if not self._exact_hyper:
+            return HyperUpdates()
+        sites = self._sites
+        owned = {sites.beta, sites.trans, sites.states, *sites.emission}
+        candidates = {}
+        for s in latent:
+            if s in owned:
+                continue
+            site = model_trace[s]
+            fn = _unwrap(site["fn"])
+            if _is_scalar_site(site, dist.Gamma) and _is_constant(fn.concentration) and _is_constant(fn.rate):
+                candidates[s] = "gamma"
+            elif _is_scalar_site(site, dist.Beta) and _is_constant(fn.concentration1) and _is_constant(fn.concentration0):
+                candidates[s] = "beta"
+        if not candidates:
+            return HyperUpdates()
+        rng = np.random.default_rng(12345)
+        probes, results = [], []
+        with jax.ensure_compile_time_eval():
+            # a concrete prototype (the kernel's own trace may hold tracers under vmap/pmap)
+            concrete = prototype_trace(conditioned(self._inference_model), jax.random.key(0), model_args, model_kwargs)
+            fixed = {s: concrete[s]["value"] for s in latent if s not in candidates}
+            for _ in range(3):
+                probe = {
+                    s: jnp.asarray(rng.gamma(2.0, 1.0) if kind == "gamma" else rng.uniform(0.05, 0.95), dtype=jnp.result_type(float))
+                    for s, kind in candidates.items()
+                }
+                try:
+                    hyper, _ = self._hyper_values(model_args, model_kwargs, {**fixed, **probe})
+                except Exception:  # a probe outside the model's support: give up recognition
+                    return HyperUpdates()
+                if not all(_is_constant(h) for h in hyper):
+                    return HyperUpdates()
+                probes.append(probe)
+                results.append([np.asarray(h) for h in hyper])
+
+        def matches(index, site, transform=lambda g, a, k: (g, a, k)):
+            return all(_close(transform(*res)[index], pr[site]) for res, pr in zip(results, probes))
+
+        def feeds_nothing_else(site_names):
+            """Changing only these sites leaves every other site's distribution unchanged."""
+            base = {**fixed, **probes[0]}
+            alt = dict(base)
+            for s in site_names:
+                alt[s] = probes[1][s]
+            with jax.ensure_compile_time_eval():
+                _, a = self._hyper_values(model_args, model_kwargs, base, site_names)
+                _, b = self._hyper_values(model_args, model_kwargs, alt, site_names)
+            if len(a) != len(b) or not all(_is_constant(x) and _is_constant(y) for x, y in zip(a, b)):
+                return False
+            return all(np.shape(x) == np.shape(y) and _close(x, y) for x, y in zip(a, b))
+
+        gammas = [s for s, k in candidates.items() if k == "gamma"]
+        betas = [s for s, k in candidates.items() if k == "beta"]
+        gamma_site = next((s for s in gammas if matches(0, s) and feeds_nothing_else([s])), None)
+        const = lambda i: all(_close(results[0][i], r[i]) for r in results)
+        alpha_site = next((s for s in gammas if s != gamma_site and matches(1, s)), None)
+        kappa_site = next((s for s in gammas if s not in (gamma_site, alpha_site) and matches(2, s)), None)
+        hyper = HyperUpdates(gamma=gamma_site)
+        a_ok = alpha_site is not None or const(1)
+        k_ok = kappa_site is not None or const(2)
+        pair = [s for s in (alpha_site, kappa_site) if s is not None]
+        if a_ok and k_ok and pair and feeds_nothing_else(pair):
+            return hyper._replace(concentration="independent", alpha=alpha_site, kappa=kappa_site)
+        c_site = next(
+            (s for s in gammas if s != gamma_site and matches(1, s, lambda g, a, k: (g, a + k, k))), None
+        )
+        rho_site = next(
+            (s for s in betas if matches(2, s, lambda g, a, k: (g, a, k / (a + k)))), None
+        )
+        if c_site is not None and rho_site is not None and feeds_nothing_else([c_site, rho_site]):
+            return hyper._replace(concentration="c_rho", c=c_site, rho=rho_site)
+        return hyper
+
+    # ------------------------------------------------------------------ model view
+    def _view(self, model_args, model_kwargs, z) -> ModelView:
+        """Run the model at ``z`` and read hyperparameters, the emission family and the data."""
+        sites = self._sites
+        tr = handlers.trace(handlers.substitute(handlers.seed(self._inference_model, 0), data=z)).get_trace(
+            *model_args, **model_kwargs
+        )
+        obs_fn: EmissionLikelihood = tr[sites.obs]["fn"]
+        emission = obs_fn.emission
+        y = jnp.asarray(tr[sites.obs]["value"])
+        if not sites.batched:
+            y = y[None]
+        x, valid = jax.vmap(emission.prepare)(y)
+        num_seq, num_steps = valid.shape
+        lengths = obs_fn.lengths if obs_fn.lengths is not None else jnp.full((num_seq,), num_steps, jnp.int32)
+        valid = valid & (jnp.arange(num_steps) < lengths[:, None])
+        priors = {s: _unwrap(tr[s]["fn"]) for s in self._hyper.sites}
+        return ModelView(
+            gamma=tr[sites.beta]["fn"].concentration,
+            alpha=tr[sites.trans]["fn"].alpha,
+            kappa=tr[sites.trans]["fn"].kappa,
+            emission=emission,
+            y=y,
+            x=x,
+            valid=valid,
+            lengths=lengths,
+            priors=priors,
+        )
+
+    # ------------------------------------------------------------------ init / sample
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        if not is_prng_key(rng_key):  # vectorized chains: a batch of keys
+            init_one = lambda key, params: self._init_one(key, num_warmup, params, model_args, model_kwargs)
+            state = jax.vmap(init_one)(rng_key, init_params)
+            self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))
+            return state
+        state = self._init_one(rng_key, num_warmup, init_params, model_args, model_kwargs)
+        self._sample_fn = self._sample_one
+        return state
+
+    def sample(self, state, model_args, model_kwargs):
+        return self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
+
+    def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        key_trace, key_own, key_inner, key_state = random.split(rng_key, 4)
+        model_trace = prototype_trace(conditioned(self._inference_model), key_trace, model_args, model_kwargs)
+        self._sites = self._discover(model_trace)
+        latent = latent_sample_sites(model_trace)
+        self._hyper = self._recognize(model_trace, latent, model_args, model_kwargs)
+        owned = {self._sites.beta, self._sites.trans, self._sites.states, *self._sites.emission}
+        self._inner_sites = tuple(s for s in latent if s not in owned and s not in self._hyper.sites)
+        self._check_supported(model_trace)
+        z = {s: model_trace[s]["value"] for s in latent}
+        if init_params:
+            z.update({k: jnp.asarray(v) for k, v in init_params.items() if k in z})
+        view = self._view(model_args, model_kwargs, z)
+        owned_init, aux = self._init_owned(key_own, z, view, init_params or {})
+        z.update(owned_init)
+        inner_state = None
+        if self._inner_sites:
+            self._inner = self._make_inner()
+            cond = {k: v for k, v in z.items() if k not in self._inner_sites}
+            kwargs_c = with_conditioning(model_kwargs, cond)
+            params = None
+            inner_state = self._inner.init(key_inner, num_warmup, params, model_args, kwargs_c)
+            inner_z = self._inner.get_constrain_fn(model_args, kwargs_c)(inner_state.z)
+            z.update({k: inner_z[k] for k in self._inner_sites})
+        lp, _ = log_density(self._inference_model, model_args, model_kwargs, z)
+        dtype = jnp.result_type(float)
+        return HDPState(
+            z=z,
+            num_states=self._count_states(z),
+            lp=lp,
+            overflow=jnp.zeros((), bool),
+            accept_prob=jnp.ones((), dtype),
+            diverging=jnp.zeros((), bool),
+            aux=aux,
+            inner_state=inner_state,
+            rng_key=key_state,
+        )
+
+    def _make_inner(self):
+        if self._inner_proto is None:
+            return NUTS(conditioned(self._inference_model))
+        return self._inner_proto.wrap_model(lambda m: conditioned(self._inference_model))
+
+    def _count_states(self, z):
+        used = jnp.zeros(self._sites.num_states, bool).at[z[self._sites.states].reshape(-1)].set(True)
+        return jnp.sum(used).astype(jnp.int32)
+
+    def _sample_one(self, state: HDPState, model_args, model_kwargs) -> HDPState:
+        key_sweep, key_next = random.split(state.rng_key)
+        view = self._view(model_args, model_kwargs, state.z)
+        owned, hyper_vals, aux, overflow = self._sweep(key_sweep, state, view)
+        z = {**state.z, **owned, **hyper_vals}
+        z = {k: jnp.asarray(v, state.z[k].dtype) for k, v in z.items()}
+        inner_state = state.inner_state
+        accept_prob, diverging = state.accept_prob, state.diverging
+        if self._inner is not None:
+            cond = {k: v for k, v in z.items() if k not in self._inner_sites}
+            kwargs_c = with_conditioning(model_kwargs, cond)
+            inner_state = self._inner.refresh(inner_state, model_args, kwargs_c)
+            inner_state = self._inner.sample(inner_state, model_args, kwargs_c)
+            inner_z = self._inner.get_constrain_fn(model_args, kwargs_c)(inner_state.z)
+            z.update({k: inner_z[k] for k in self._inner_sites})
+            accept_prob = jnp.asarray(getattr(inner_state, "accept_prob", accept_prob), accept_prob.dtype)
+            diverging = jnp.asarray(getattr(inner_state, "diverging", diverging), bool)
+        lp, _ = log_density(self._inference_model, model_args, model_kwargs, z)
+        return HDPState(
+            z=z,
+            num_states=self._count_states(z),
+            lp=lp,
+            overflow=overflow,
+            accept_prob=accept_prob,
+            diverging=diverging,
+            aux=aux,
+            inner_state=inner_state,
+            rng_key=key_next,
+        )
+
+    # ------------------------------------------------------------------ shared updates
+    def _prior_params(self, view: ModelView, site: str):
+        fn = view.priors[site]
+        if isinstance(fn, dist.Gamma):
+            return fn.concentration, fn.rate
+        return fn.concentration1, fn.concentration0
+
+    def _exact_hyper_updates(self, rng_key, view: ModelView, tables, n, first, gamma_update):
+        """Exact auxiliary-variable updates of the recognized hyperparameter sites.
+
+        ``tables``: :class:`~numpyro_hdphmm._core.crp.TableCounts` drawn at the current values;
+        ``gamma_update(key, gamma, shape, rate) -> gamma`` is the algorithm's update of ``gamma``
+        (weak-limit or infinite form).  Returns ``(gamma, alpha, kappa, {site: value})``.
+        """
+        h = self._hyper
+        k_conc, k_gamma = random.split(rng_key)
+        gamma, alpha, kappa = view.gamma, view.alpha, view.kappa
+        if h.concentration == "independent":
+            alpha, kappa = crp.resample_alpha_kappa(
+                k_conc, alpha, kappa, tables, n, first,
+                None if h.alpha is None else self._prior_params(view, h.alpha),
+                None if h.kappa is None else self._prior_params(view, h.kappa),
+            )
+        elif h.concentration == "c_rho":
+            alpha, kappa = crp.resample_c_rho(
+                k_conc, alpha, kappa, tables, n, first,
+                self._prior_params(view, h.c), self._prior_params(view, h.rho),
+            )
+        if h.gamma is not None:
+            gamma = gamma_update(k_gamma, gamma, *self._prior_params(view, h.gamma))
+        values = {}
+        for site, value in ((h.gamma, gamma), (h.alpha, alpha), (h.kappa, kappa), (h.c, alpha + kappa), (h.rho, kappa / (alpha + kappa))):
+            if site is not None:
+                values[site] = jnp.asarray(value, jnp.result_type(float))
+        return gamma, alpha, kappa, values
+
+    # ------------------------------------------------------------------ subclass API
+    def _check_supported(self, model_trace) -> None:
+        """Raise ``NotImplementedError`` for models the algorithm cannot sample."""
+
+    def _init_owned(self, rng_key, z, view: ModelView, init_params) -> Tuple[Dict[str, jax.Array], Any]:
+        """Initial values of the owned sites and the auxiliary state."""
+        raise NotImplementedError
+
+    def _sweep(self, rng_key, state: HDPState, view: ModelView):
+        """One sweep: returns ``(owned values, exact hyperparameter values, aux, overflow)``."""
+        raise NotImplementedError

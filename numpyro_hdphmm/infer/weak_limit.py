@@ -1,0 +1,167 @@
+r"""Blocked Gibbs sampling of the weak-limit (sticky) HDP-HMM: Fox et al., Algorithm 2.
+
+The weak-limit approximation replaces ``beta ~ GEM(gamma)`` by ``beta ~ Dir(gamma/L, ..., gamma/L)``
+over ``L = max_states`` states (Fox et al. eqs. 38-41; Ishwaran & Zarepour 2002); the rows are
+``pi_j ~ Dir(alpha beta + kappa e_j)`` and the start row ``pi_0 ~ Dir(alpha beta)``.  One sweep:
+
+1. ``z | pi, theta, y``: forward filtering, backward sampling over the ``L`` states
+   (:func:`numpyro_hdphmm._core.hmm.hmm_posterior_sample`; eqs. 43-48 in log space), all
+   sequences at once;
+2. ``theta_k | z, y``: the conjugate posterior of each state (eq. 42);
+3. ``m, w, mbar | z, beta, alpha, kappa``: tables, overrides, informative tables with the rows
+   integrated out (Alg. 1 step 3, eqs. 31-35);
+4. exact auxiliary-variable updates of the recognized hyperparameter sites given the tables
+   (eqs. 50-56, App. III, with the corrections of ``notes/sticky_hdp_hmm.md`` §3 and the exact
+   weak-limit form of the ``gamma`` update, see :func:`~numpyro_hdphmm._core.crp.resample_gamma_weak_limit`);
+5. ``beta | mbar, gamma ~ Dir(gamma/L + mbar_.k)`` (eq. 41; the paper's Alg. 2 step 4 prints the
+   index bound as K, it is L);
+6. ``pi_j | z, beta ~ Dir(alpha beta + kappa e_j + n_j.)`` and the start row
+   ``Dir(alpha beta + n_0.)`` (eq. 41);
+
+then the inner kernel (NUTS) updates every other latent site of the model.  Steps 3-6 sample
+(tables, hyperparameters, beta) from their joint conditional with the rows integrated out and
+then the rows from their full conditional, which leaves the joint posterior invariant.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import random
+from numpyro.primitives import Messenger
+
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core.hmm import hmm_posterior_sample
+from numpyro_hdphmm.distributions import GEM, WeakLimitBeta, sample_dirichlet
+from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView
+from numpyro_hdphmm.primitives import HDP_ROLE
+
+__all__ = ["WeakLimitGibbs", "weak_limit", "WeakLimitInfo", "weak_limit_sweep"]
+
+
+class weak_limit(Messenger):
+    """Effect handler: the model with ``{name}_beta ~ GEM(gamma, L)`` replaced by the weak-limit
+    prior ``WeakLimitBeta(gamma, L) = Dir(gamma/L)`` (Fox et al. eq. 39).
+
+    :class:`WeakLimitGibbs` samples ``weak_limit(model)``.  When composing it with other kernels in
+    :class:`numpyro.infer.Gibbs`, give every block the same ``weak_limit(model)`` so that all of them
+    target the same posterior.
+    """
+
+    def process_message(self, msg):
+        if (
+            msg["type"] == "sample"
+            and (msg.get("infer") or {}).get(HDP_ROLE) == "beta"
+            and isinstance(msg["fn"], GEM)
+        ):
+            msg["fn"] = WeakLimitBeta(msg["fn"].concentration, msg["fn"].truncation)
+
+
+class WeakLimitInfo(NamedTuple):
+    """Per-sweep quantities of :func:`weak_limit_sweep`: transition counts ``n (L, L)``, start
+    counts ``first (L,)`` and the tables."""
+
+    n: jax.Array
+    first: jax.Array
+    tables: crp.TableCounts
+
+
+def _flatten_time(x):
+    return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
+
+
+def weak_limit_sweep(rng_key, beta, trans, params, view: ModelView, hyper_update):
+    """One sweep of Fox et al. Alg. 2 (steps 1-6 of the module docstring); pure and jittable.
+
+    ``beta (L+1,)``, ``trans (L+1, L+1)`` (start row last), ``params`` (leading axis ``L``),
+    ``view`` the model at the current values; ``hyper_update(key, tables, n, first) ->
+    (gamma, alpha, kappa, site_values)``.  Returns ``(states (N, T), beta, trans, params,
+    site_values, WeakLimitInfo)``.
+    """
+    num_states = beta.shape[0] - 1
+    k_z, k_theta, k_tables, k_hyper, k_beta, k_pi = random.split(rng_key, 6)
+    emission = view.emission
+    # 1. states: FFBS over L states, every sequence at once
+    log_init = jnp.log(trans[num_states, :num_states])
+    log_trans = jnp.log(trans[:num_states, :num_states])
+    log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(view.x, params)
+    states, _ = hmm_posterior_sample(k_z, log_init, log_trans, log_lik, mask=view.valid, length=view.lengths)
+    # 2. emission parameters from their conjugate posteriors
+    weights = state_weights(states, view.valid, num_states, dtype=log_lik.dtype)
+    stats = emission.sufficient_statistics(_flatten_time(view.x), weights.reshape(-1, num_states))
+    params = emission.sample_posterior(k_theta, stats)
+    # 3. tables, overrides, informative tables (rows integrated out)
+    n, first = crp.transition_counts(states, num_states, view.lengths)
+    max_total = states.shape[0] * states.shape[1]
+    tables = crp.sample_table_counts(k_tables, n, first, beta, view.alpha, view.kappa, max_total)
+    # 4. exact hyperparameter updates
+    gamma, alpha, kappa, site_values = hyper_update(k_hyper, tables, n, first)
+    # 5. beta | mbar ~ Dir(gamma/L + mbar_.k)
+    mbar_dishes = jnp.sum(tables.mbar, 0).astype(log_lik.dtype)
+    beta_head = sample_dirichlet(k_beta, gamma / num_states + mbar_dishes)
+    beta = jnp.concatenate([beta_head, jnp.zeros((1,), beta_head.dtype)])
+    # 6. rows | counts: Dir(alpha beta + kappa e_j + n_j.), start row Dir(alpha beta + n_0.)
+    counts = jnp.zeros((num_states + 1, num_states + 1), log_lik.dtype)
+    counts = counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
+    sticky = jnp.eye(num_states + 1, dtype=log_lik.dtype).at[num_states, num_states].set(0.0)
+    conc = alpha * beta[None, :] + kappa * sticky + counts
+    trans = sample_dirichlet(k_pi, conc)
+    return states, beta, trans, params, site_values, WeakLimitInfo(n=n, first=first, tables=tables)
+
+
+class WeakLimitGibbs(HDPKernel):
+    r"""Blocked Gibbs sampler of the weak-limit (sticky) HDP-HMM (Fox et al., Algorithm 2).
+
+    Samples ``weak_limit(model)``: the user's model with ``beta ~ Dir(gamma/L)`` over
+    ``L = max_states`` states (every slot is a state of the approximation; ``num_states``
+    reports how many are occupied).  Every emission family of :mod:`numpyro_hdphmm.emissions`
+    and several sequences (``obs`` of shape ``(N, T, ...)`` with ``lengths``) are supported.
+    Hyperparameter sites with the priors of :mod:`numpyro_hdphmm._core.crp` get exact updates;
+    every other latent site is updated by ``inner_kernel`` (NUTS by default).
+
+    Collected fields: ``z`` (all latent sites), ``num_states``, ``lp`` (log joint of the
+    weak-limit model), ``overflow`` (always False: the approximation has no capacity to
+    exceed), ``accept_prob`` and ``diverging`` of the inner kernel.
+
+    :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
+    :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
+    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
+    """
+
+    @property
+    def _inference_model(self):
+        return weak_limit(self._model)
+
+    def _init_owned(self, rng_key, z, view: ModelView, init_params):
+        # the prototype draws come from the weak-limit prior; the first sweep starts from them
+        return {}, None
+
+    def _sweep(self, rng_key, state: HDPState, view: ModelView):
+        sites = self._sites
+        z = state.z
+        params = {p: z[s] for p, s in zip(sites.param_names, sites.emission)}
+        num_states = sites.num_states
+        max_total = view.valid.size
+
+        def gamma_update(key, gamma, shape, rate, mbar_dishes):
+            return crp.resample_gamma_weak_limit(key, gamma, mbar_dishes, num_states, shape, rate, max_total)
+
+        def hyper_update(key, tables, n, first):
+            mbar_dishes = jnp.sum(tables.mbar, 0)
+            return self._exact_hyper_updates(
+                key, view, tables, n, first, lambda k, g, a, b: gamma_update(k, g, a, b, mbar_dishes)
+            )
+
+        states, beta, trans, params, site_values, _ = weak_limit_sweep(
+            rng_key, z[sites.beta], z[sites.trans], params, view, hyper_update
+        )
+        owned = {
+            sites.beta: beta,
+            sites.trans: trans,
+            sites.states: states if sites.batched else states[0],
+            **{s: params[p] for p, s in zip(sites.param_names, sites.emission)},
+        }
+        return owned, site_values, None, jnp.zeros((), bool)

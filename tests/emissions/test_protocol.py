@@ -1,0 +1,205 @@
+"""Protocol conformance of every emission family, written once.
+
+Family-specific checks (closed forms, quadrature, moments) live in the per-family files; these
+tests check the properties every conjugate family must have, with references that do not use
+the code under test where possible (the Monte Carlo marginal uses only prior draws and the
+likelihood)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import pytest
+from numpyro import handlers
+
+from numpyro_hdphmm import emissions as em
+from numpyro_hdphmm.emissions import state_weights
+
+K = 3
+
+
+def _unit(v):
+    v = np.asarray(v, float)
+    return v / np.linalg.norm(v)
+
+
+FAMILIES = {
+    "gaussian_niw": lambda: em.GaussianNIW(loc=np.zeros(2), mean_precision=1.0, df=5.0, scale=np.eye(2)),
+    "diagonal": lambda: em.DiagonalGaussian(loc=np.zeros(2), mean_precision=1.0, concentration=3.0, rate=2.0),
+    "categorical": lambda: em.Categorical(num_categories=4, concentration=1.0),
+    "poisson": lambda: em.Poisson(concentration=2.0, rate=1.0),
+    "poisson_vector": lambda: em.Poisson(concentration=np.array([2.0, 5.0]), rate=np.array([1.0, 0.5]), event_shape=(2,)),
+    "vmf": lambda: em.VonMisesFisher(concentration=5.0, prior_mean=_unit([1.0, 1.0, 0.0]), prior_concentration=2.0),
+    "autoregressive": lambda: em.AutoRegressive(
+        order=1, loc=np.zeros((2, 3)), col_precision=np.eye(3), df=5.0, scale=np.eye(2), affine=True
+    ),
+}
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def family(request):
+    return FAMILIES[request.param]()
+
+
+def _data(family, t, key=0):
+    """Observations drawn from the model itself: parameters from the prior, states uniform."""
+    k1, k2, k3 = jax.random.split(jax.random.key(key), 3)
+    params = family.sample_parameters(k1, (K,))
+    states = jax.random.randint(k2, (t,), 0, K)
+    y = family.sample_observations(k3, params, states)
+    return y, params, states
+
+
+def _row(x, t):
+    return jax.tree_util.tree_map(lambda a: a[t], x)
+
+
+def _add(a, b):
+    return jax.tree_util.tree_map(jnp.add, a, b)
+
+
+def test_shapes_and_finiteness(family):
+    y, params, states = _data(family, 20)
+    assert y.shape == (20,) + tuple(family.event_shape)
+    x, valid = family.prepare(y)
+    assert valid.shape == (20,) and bool(jnp.all(valid))
+    ll = family.log_likelihoods(x, params)
+    assert ll.shape == (20, K) and np.all(np.isfinite(np.asarray(ll)))
+    w = state_weights(states, valid, K)
+    stats = family.sufficient_statistics(x, w)
+    assert all(leaf.shape[0] == K for leaf in jax.tree_util.tree_leaves(stats))
+    post = family.posterior(stats)
+    assert type(post) is type(family) and post.batch_shape == (K,)
+    lm = family.log_marginal_likelihood(stats)
+    assert lm.shape == (K,) and np.all(np.isfinite(np.asarray(lm)))
+    lp = family.log_predictive(_row(x, 0), stats)
+    assert lp.shape == (K,) and np.all(np.isfinite(np.asarray(lp)))
+    draws = family.sample_posterior(jax.random.key(5), stats)
+    assert set(draws) == set(family.param_names)
+    assert all(v.shape[0] == K for v in draws.values())
+    assert family.log_prior(draws).shape == (K,)
+
+
+def test_chain_rule(family):
+    """log p(x_1:T) = sum_t log p(x_t | x_<t): marginal vs sequential posterior predictives."""
+    y, _, _ = _data(family, 8, key=1)
+    x, valid = family.prepare(y)
+    t = y.shape[0]
+    ones = jnp.ones((t, 1))
+    total = family.log_marginal_likelihood(family.sufficient_statistics(x, ones))[0]
+    seq = 0.0
+    for s in range(t):
+        w = (jnp.arange(t) < s).astype(float)[:, None]
+        seq += family.log_predictive(_row(x, s), family.sufficient_statistics(x, w))[0]
+    np.testing.assert_allclose(seq, total, rtol=1e-8, atol=1e-8)
+
+
+def test_empty_statistics_give_the_prior(family):
+    y, params, _ = _data(family, 5, key=2)
+    x, _ = family.prepare(y)
+    stats = family.sufficient_statistics(x, jnp.zeros((5, K)))
+    np.testing.assert_allclose(family.log_marginal_likelihood(stats), 0.0, atol=1e-10)
+    post = family.posterior(stats)
+    for a, b in zip(jax.tree_util.tree_leaves(post), jax.tree_util.tree_leaves(family)):
+        np.testing.assert_allclose(np.asarray(a), np.broadcast_to(np.asarray(b), np.shape(a)), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(post.log_prior(params), family.log_prior(params), rtol=1e-10)
+
+
+def test_statistics_add_and_masks_ignore_data(family):
+    y, _, states = _data(family, 12, key=3)
+    x, valid = family.prepare(y)
+    w = state_weights(states, valid, K)
+    half = (jnp.arange(12) < 6).astype(float)[:, None]
+    s_all = family.sufficient_statistics(x, w)
+    s_sum = _add(family.sufficient_statistics(x, w * half), family.sufficient_statistics(x, w * (1 - half)))
+    for a, b in zip(jax.tree_util.tree_leaves(s_all), jax.tree_util.tree_leaves(s_sum)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+    # a zero-weight step does not matter whatever its value (here: replaced by other data)
+    y2, _, _ = _data(family, 12, key=4)
+    x2, _ = family.prepare(y2)
+    keep = (jnp.arange(12) % 2 == 0)
+    if y.ndim == 1:
+        y_mix = jnp.where(keep, y, y2)
+    else:
+        y_mix = jnp.where(keep.reshape((-1,) + (1,) * (y.ndim - 1)), y, y2)
+    if isinstance(family, em.AutoRegressive):
+        pytest.skip("autoregressive regressors depend on neighbouring steps; covered in test_autoregressive.py")
+    x_mix, _ = family.prepare(y_mix)
+    wk = w * keep[:, None]
+    np.testing.assert_allclose(
+        family.log_marginal_likelihood(family.sufficient_statistics(x, wk)),
+        family.log_marginal_likelihood(family.sufficient_statistics(x_mix, wk)),
+        rtol=1e-10,
+    )
+
+
+def test_missing_observations(family):
+    y, params, states = _data(family, 10, key=6)
+    y = jnp.asarray(y, float)
+    y = y.at[3].set(jnp.nan)
+    x, valid = family.prepare(y)
+    assert not bool(valid[3])
+    pw = family.pointwise_log_likelihood(y, params, states)
+    assert float(pw[3]) == 0.0 and np.all(np.isfinite(np.asarray(pw)))
+    stats = family.sufficient_statistics(x, state_weights(states, valid, K))
+    assert np.all(np.isfinite(np.asarray(family.log_marginal_likelihood(stats))))
+
+
+def test_monte_carlo_marginal(family):
+    """log p(x) = log E_{theta ~ prior}[prod_t f(x_t | theta)], estimated from prior draws with
+    the likelihood only; tolerance: 5 delta-method standard errors."""
+    y, _, _ = _data(family, 3, key=7)
+    x, _ = family.prepare(y)
+    n = 100000
+    thetas = family.sample_parameters(jax.random.key(8), (n,))
+    loglik = family.log_likelihoods(x, thetas).sum(0)  # (n,)
+    m = np.max(np.asarray(loglik))
+    w = np.exp(np.asarray(loglik) - m)
+    estimate = m + np.log(w.mean())
+    se = w.std() / (w.mean() * np.sqrt(n))
+    exact = family.log_marginal_likelihood(family.sufficient_statistics(x, jnp.ones((3, 1))))[0]
+    assert abs(estimate - float(exact)) < 5 * se + 1e-3
+
+
+def test_sites_match_log_prior(family):
+    """The explicit NumPyro sites and the family's log_prior define the same prior density."""
+    def model():
+        return family.sample_sites("y", K)
+
+    tr = handlers.trace(handlers.seed(model, 0)).get_trace()
+    params = {p: tr[f"y_{p}"]["value"] for p in family.param_names}
+    for p in family.param_names:
+        site = tr[f"y_{p}"]
+        assert site["value"].shape[0] == K
+        assert site["infer"].get("hdphmm_role") == "emission"
+    site_lp = sum(jnp.sum(tr[f"y_{p}"]["fn"].log_prob(tr[f"y_{p}"]["value"])) for p in family.param_names)
+    np.testing.assert_allclose(site_lp, jnp.sum(family.log_prior(params)), rtol=1e-8)
+
+
+def test_jit_vmap_eval_shape(family):
+    y, params, states = _data(family, 7, key=9)
+
+    @jax.jit
+    def marg(fam, y):
+        x, valid = fam.prepare(y)
+        return fam.log_marginal_likelihood(fam.sufficient_statistics(x, state_weights(states, valid, K)))
+
+    np.testing.assert_allclose(marg(family, y), marg.__wrapped__(family, y), rtol=1e-10)
+    batched = jax.vmap(lambda yy: marg(family, yy))(jnp.stack([y, y]))
+    assert batched.shape == (2, K)
+    shape = jax.eval_shape(lambda fam: fam.log_likelihoods(fam.prepare(y)[0], params), family)
+    assert shape.shape == (7, K)
+    leaves, tree = jax.tree_util.tree_flatten(family)
+    assert type(jax.tree_util.tree_unflatten(tree, leaves)) is type(family)
+
+
+def test_weakly_informative(family):
+    y, _, _ = _data(family, 50, key=10)
+    y = jnp.asarray(y, float).at[4].set(jnp.nan)
+    # data of shape (T, D) are ambiguous for Poisson counts ((N, T) scalar sequences?): say so
+    extra = {"event_shape": family.event_shape} if isinstance(family, em.Poisson) else {}
+    fam = type(family).weakly_informative(y, **extra)
+    assert fam.batch_shape == ()
+    x, valid = fam.prepare(y)
+    stats = fam.sufficient_statistics(x, valid[:, None].astype(float))
+    assert np.isfinite(float(fam.log_marginal_likelihood(stats)[0]))

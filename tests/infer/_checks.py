@@ -1,0 +1,171 @@
+"""Shared correctness machinery for every kernel: exact enumeration of tiny posteriors, the
+total-variation bound, and the Geweke joint-distribution test.  Written once, used by each
+kernel's test module."""
+
+from __future__ import annotations
+
+import itertools
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpy.polynomial.legendre import leggauss
+from numpyro import handlers
+from numpyro.infer import MCMC
+from scipy.special import gammaln
+
+
+# ----------------------------------------------------------------------------- partitions
+def partition_key(z):
+    """Canonical label of a state sequence's partition: relabel by first appearance."""
+    seen, out = {}, []
+    for s in np.asarray(z).reshape(-1):
+        out.append(seen.setdefault(int(s), len(seen)))
+    return tuple(out)
+
+
+def tv_bound(probs, num_draws, delta=1e-4):
+    """High-probability bound on the TV distance between ``probs`` and the empirical
+    distribution of ``num_draws`` independent draws: ``0.5 sum_i sqrt(p_i (1-p_i) / n)``
+    (the expectation bound) plus the McDiarmid deviation ``sqrt(log(1/delta) / (2 n))``."""
+    p = np.asarray(list(probs))
+    return 0.5 * np.sum(np.sqrt(p * (1 - p) / num_draws)) + np.sqrt(np.log(1 / delta) / (2 * num_draws))
+
+
+def empirical_tv(exact: dict, draws):
+    """TV distance between ``exact`` (partition -> probability) and the draws' partitions."""
+    counts = {}
+    for z in draws:
+        key = partition_key(z)
+        counts[key] = counts.get(key, 0) + 1
+    n = len(draws)
+    keys = set(exact) | set(counts)
+    return 0.5 * sum(abs(exact.get(k, 0.0) - counts.get(k, 0) / n) for k in keys)
+
+
+# ---------------------------------------------------------------- exact weak-limit posterior
+def _log_dirmult_rows(counts, conc):
+    """sum_j log[Gamma(sum conc_j)/Gamma(sum conc_j + n_j.) prod_k Gamma(conc_jk + n_jk)/Gamma(conc_jk)]"""
+    return np.sum(
+        gammaln(conc.sum(-1)) - gammaln(conc.sum(-1) + counts.sum(-1))
+        + np.sum(gammaln(conc + counts) - gammaln(conc), -1)
+    )
+
+
+def _simplex_rule(num_states, num_nodes=60):
+    """Quadrature nodes/weights on the (L-1)-simplex for L = 2, 3 (Gauss-Legendre)."""
+    x, w = leggauss(num_nodes)
+    u, wu = (x + 1) / 2, w / 2
+    if num_states == 2:
+        return np.stack([u, 1 - u], -1), wu
+    if num_states == 3:
+        a, b = np.meshgrid(u, u, indexing="ij")
+        wa, wb = np.meshgrid(wu, wu, indexing="ij")
+        pts = np.stack([a, (1 - a) * b, (1 - a) * (1 - b)], -1).reshape(-1, 3)
+        return pts, (wa * wb * (1 - a)).reshape(-1)
+    raise ValueError("quadrature implemented for 2 or 3 states")
+
+
+def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_categories, emission_conc):
+    """Exact posterior over the joint partition of ``sequences`` (lists of category indices)
+    under the weak-limit sticky HDP-HMM with categorical emissions: rows integrated out
+    (Dirichlet-multinomial), ``beta ~ Dir(gamma/L)`` integrated by quadrature, emission
+    probabilities integrated out (Dirichlet-categorical)."""
+    L = num_states
+    lengths = [len(s) for s in sequences]
+    flat_y = np.concatenate([np.asarray(s) for s in sequences])
+    nodes, weights = _simplex_rule(L)
+    log_prior_beta = (
+        gammaln(gamma) - L * gammaln(gamma / L) + np.sum((gamma / L - 1) * np.log(nodes), -1)
+    )
+    sticky = np.eye(L)
+    post = {}
+    for flat_z in itertools.product(range(L), repeat=len(flat_y)):
+        flat_z = np.array(flat_z)
+        # emission marginal
+        counts_y = np.zeros((L, num_categories))
+        np.add.at(counts_y, (flat_z, flat_y), 1)
+        log_py = _log_dirmult_rows(counts_y, np.full((L, num_categories), emission_conc))
+        # transition counts
+        n = np.zeros((L, L))
+        first = np.zeros(L)
+        start = 0
+        for t_len in lengths:
+            z = flat_z[start:start + t_len]
+            first[z[0]] += 1
+            np.add.at(n, (z[:-1], z[1:]), 1)
+            start += t_len
+        log_pz = np.array([
+            _log_dirmult_rows(first[None], alpha * b[None])
+            + _log_dirmult_rows(n, alpha * b[None] + kappa * sticky)
+            for b in nodes
+        ])
+        integrand = np.exp(log_pz + log_prior_beta)
+        log_joint = np.log(np.sum(weights * integrand)) + log_py
+        key = partition_key(flat_z)
+        post[key] = np.logaddexp(post.get(key, -np.inf), log_joint)
+    keys = list(post)
+    logs = np.array([post[k] for k in keys])
+    probs = np.exp(logs - np.logaddexp.reduce(logs))
+    return dict(zip(keys, probs))
+
+
+def final_states(kernel, model_args, num_chains, num_warmup, site="y_states", seed=0):
+    """Independent draws: the last state of ``num_chains`` vectorized chains."""
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=1, num_chains=num_chains,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(seed), *model_args)
+    z = np.asarray(mcmc.get_samples()[site])
+    return z.reshape(num_chains, -1)
+
+
+# --------------------------------------------------------------------------- Geweke test
+def geweke_z_scores(kernel, model, statistics, num_steps, num_iterations, num_prior, seed=0, y_site="y"):
+    """Geweke (2004) joint-distribution test.
+
+    Successive-conditional simulator: ``theta <- K(theta | y)`` (one kernel sweep), then
+    ``y ~ p(y | theta)`` (the model's forward draw with every latent substituted); its draws of
+    ``g(theta)`` must have the prior's distribution, which the marginal-conditional simulator
+    (independent prior draws) gives.  Returns ``{stat: z}``, with the successive chain's
+    variance of the mean from ArviZ's effective sample size.
+    """
+    key = jax.random.key(seed)
+    k_prior, k_init, k_y0, key = jax.random.split(key, 4)
+
+    def forward(k, z):
+        tr = handlers.trace(handlers.seed(handlers.substitute(model, data=z), k)).get_trace(None, num_steps)
+        return tr[y_site]["value"]
+
+    # marginal-conditional: prior draws
+    prior_draws = jax.vmap(
+        lambda k: {s: v["value"] for s, v in handlers.trace(handlers.seed(model, k)).get_trace(None, num_steps).items()
+                   if v["type"] == "sample"}
+    )(jax.random.split(k_prior, num_prior))
+    prior_stats = {name: np.asarray(jax.vmap(fn)(prior_draws)) for name, fn in statistics.items()}
+
+    # successive-conditional
+    init_tr = handlers.trace(handlers.seed(model, k_y0)).get_trace(None, num_steps)
+    y0 = init_tr[y_site]["value"]
+    state = kernel.init(k_init, 0, None, (y0, num_steps), {})
+
+    @jax.jit
+    def step(state, y, k):
+        state = kernel.sample(state, (y, num_steps), {})
+        return state, forward(k, state.z), {name: fn(state.z) for name, fn in statistics.items()}
+
+    keys = jax.random.split(key, num_iterations)
+    y = y0
+    traces = {name: [] for name in statistics}
+    for i in range(num_iterations):
+        state, y, stats = step(state, y, keys[i])
+        for name in statistics:
+            traces[name].append(stats[name])
+    out = {}
+    for name in statistics:
+        g = np.asarray(traces[name], float)
+        p = prior_stats[name].astype(float)
+        ess = float(az.ess(g[None]))
+        se = np.sqrt(g.var() / max(ess, 1.0) + p.var() / len(p))
+        out[name] = (g.mean() - p.mean()) / se if se > 0 else 0.0
+    return out

@@ -90,22 +90,9 @@ def sample_dirichlet(key, concentration):
 
 
 # --------------------------------------------------------------------------------------- GEM
-class GEM(Distribution):
-    r"""Stick-breaking weights ``beta ~ GEM(concentration)``, the first ``truncation`` of them.
-
-    ``v_k ~ Beta(1, gamma)``, ``beta_k = v_k prod_{l<k} (1 - v_l)`` (Fox et al. eq. 2).  The value
-    has ``truncation + 1`` entries: ``beta_1..beta_K`` and the remaining mass
-    ``prod_{l<=K} (1 - v_l)``, so it lies on the simplex and is the *exact* marginal of the first
-    ``K`` weights of the infinite GEM (not a truncated GEM that forces ``v_K = 1``).
-
-    Density (w.r.t. Lebesgue measure on the first ``K`` coordinates, numpyro's simplex
-    convention): with tails ``s_k = sum_{l>=k} beta_l`` (remainder included), ``v_k = beta_k / s_k``
-    and the Jacobian of ``v -> beta`` is ``prod_k s_k``, so
-    ``log p(beta) = sum_k [log gamma + (gamma - 1) log(s_{k+1} / s_k) - log s_k]``.
-
-    Sampling is in log space (``log(1 - v) = log(U) / gamma``), so weights far down the stick
-    underflow gracefully instead of producing NaN.
-    """
+class _GlobalWeights(Distribution):
+    """Common layout of :class:`GEM` and :class:`WeakLimitBeta`: ``truncation + 1`` weights on the
+    simplex, the last being the mass of the states not represented."""
 
     arg_constraints = {"concentration": constraints.positive}
     support = constraints.simplex
@@ -121,6 +108,24 @@ class GEM(Distribution):
             event_shape=(self.truncation + 1,),
             validate_args=validate_args,
         )
+
+
+class GEM(_GlobalWeights):
+    r"""Stick-breaking weights ``beta ~ GEM(concentration)``, the first ``truncation`` of them.
+
+    ``v_k ~ Beta(1, gamma)``, ``beta_k = v_k prod_{l<k} (1 - v_l)`` (Fox et al. eq. 2).  The value
+    has ``truncation + 1`` entries: ``beta_1..beta_K`` and the remaining mass
+    ``prod_{l<=K} (1 - v_l)``, so it lies on the simplex and is the *exact* marginal of the first
+    ``K`` weights of the infinite GEM (not a truncated GEM that forces ``v_K = 1``).
+
+    Density (w.r.t. Lebesgue measure on the first ``K`` coordinates, numpyro's simplex
+    convention): with tails ``s_k = sum_{l>=k} beta_l`` (remainder included), ``v_k = beta_k / s_k``
+    and the Jacobian of ``v -> beta`` is ``prod_k s_k``, so
+    ``log p(beta) = sum_k [log gamma + (gamma - 1) log(s_{k+1} / s_k) - log s_k]``.
+
+    Sampling is in log space (``log(1 - v) = log(U) / gamma``), so weights far down the stick
+    underflow gracefully instead of producing NaN.
+    """
 
     def _log_weights(self, key, sample_shape):
         shape = sample_shape + self.batch_shape + (self.truncation,)
@@ -154,7 +159,7 @@ class GEM(Distribution):
         return jnp.concatenate([head, frac**self.truncation], -1)
 
 
-class WeakLimitBeta(Distribution):
+class WeakLimitBeta(_GlobalWeights):
     r"""The weak-limit approximation of ``GEM(gamma)``: ``beta ~ Dir(gamma/L, ..., gamma/L)``.
 
     Fox et al. eqs. 38-39 (Ishwaran & Zarepour 2002).  Same layout as :class:`GEM`: the value has
@@ -162,21 +167,6 @@ class WeakLimitBeta(Distribution):
     :class:`HDPTransitions` and the explicit sites are unchanged.  The weak-limit kernel samples
     the model with the ``{name}_beta`` site's :class:`GEM` replaced by this distribution.
     """
-
-    arg_constraints = {"concentration": constraints.positive}
-    support = constraints.simplex
-    pytree_data_fields = ("concentration",)
-    pytree_aux_fields = ("truncation",)
-
-    def __init__(self, concentration, truncation: int, *, validate_args=None):
-        self.truncation = _check_capacity("truncation", truncation, 1)
-        check_positive("concentration", concentration)
-        self.concentration = jnp.asarray(concentration, dtype=jnp.result_type(concentration, float))
-        super().__init__(
-            batch_shape=jnp.shape(self.concentration),
-            event_shape=(self.truncation + 1,),
-            validate_args=validate_args,
-        )
 
     def sample(self, key, sample_shape=()):
         shape = tuple(sample_shape) + self.batch_shape + (self.truncation,)
@@ -188,8 +178,9 @@ class WeakLimitBeta(Distribution):
     def log_prob(self, value):
         a = jnp.expand_dims(self.concentration, -1) / self.truncation
         head = value[..., :-1]
-        lp = gammaln(self.concentration) - self.truncation * gammaln(a[..., 0]) + jnp.sum((a - 1.0) * _safe_log(head), -1)
-        return jnp.where(value[..., -1] > 0, -jnp.inf, lp)
+        # the last entry is zero for draws of this distribution; it is not checked, so that values
+        # passed through numpyro's simplex transforms (which leave ~1e-17 there) keep a density
+        return gammaln(self.concentration) - self.truncation * gammaln(a[..., 0]) + jnp.sum((a - 1.0) * _safe_log(head), -1)
 
     @property
     def mean(self):

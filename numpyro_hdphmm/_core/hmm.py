@@ -71,6 +71,7 @@ __all__ = [
     "hmm_filter",
     "hmm_backward_sample",
     "hmm_posterior_sample",
+    "hmm_posterior_sample_fast",
     "hmm_smoother",
     "hmm_viterbi",
     "hmm_marginal_loglik",
@@ -892,6 +893,45 @@ def _ffbs_jit_seq(key, log_init, log_a, ll, mask, length):
 @jax.jit
 def _ffbs_jit_par(key, log_init, log_a, ll, mask, length):
     return _ffbs_single(key, log_init, log_a, ll, mask, length, "parallel")
+
+
+def _ffbs_fast_single(key, log_init, log_a, ll, mask, length):
+    p = _prepare(log_init, log_a, ll, mask, length)
+    probs, lz, ok = _forward_sequential_fast(p)
+    states = _backward_sample_sequential(key, probs, log_a, p.length)
+    return states, _pairwise_sum(lz), ok
+
+
+@jax.jit
+def _ffbs_fast_jit(key, log_init, log_a, ll, mask, length):
+    return _ffbs_fast_single(key, log_init, log_a, ll, mask, length)
+
+
+@jax.jit
+def _ffbs_par_checked(key, log_init, log_a, ll, mask, length):
+    states, loglik = _ffbs_single(key, log_init, log_a, ll, mask, length, "parallel")
+    return states, loglik, jnp.isfinite(loglik)
+
+
+def hmm_posterior_sample_fast(rng_key, log_initial_probs, log_transition_matrix, log_likelihoods,
+                              mask=None, length=None, method: str = "auto"):
+    r"""FFBS without the exact log-space fallback: ``(states, marginal_loglik, ok)``.
+
+    The sequential variant runs only the rescaled probability-space pass of
+    :func:`hmm_posterior_sample`; ``ok`` is False when a step's normalizer underflowed (see the
+    module docstring), and then ``states`` must not be used.  Having no data-dependent branch,
+    it costs the same under ``jax.vmap`` (vectorized chains) as alone, where
+    :func:`hmm_posterior_sample`'s ``lax.cond`` would become a ``select`` that runs both passes.
+    The samplers use it and keep the previous state sequence when ``ok`` is False: ``ok``
+    depends only on the conditioning values (transitions and likelihoods), never on the current
+    states, so skipping the update leaves the target invariant.
+    """
+    info, args, flags = _standard_args(log_initial_probs, log_transition_matrix,
+                                       log_likelihoods, mask, length)
+    method = _resolve_method(method, info["T"], info["K"])
+    keys, kb = _split_keys(rng_key, info["batch"])
+    fn = _ffbs_fast_jit if method == "sequential" else _ffbs_par_checked
+    return _run_batched(fn, info, [keys] + args, [kb] + flags)
 
 
 def hmm_posterior_sample(rng_key, log_initial_probs, log_transition_matrix, log_likelihoods,

@@ -96,6 +96,15 @@ def _bcast_pair(a, b):
     return (jnp.broadcast_to(a, batch + jnp.shape(a)[-2:]), jnp.broadcast_to(b, batch + jnp.shape(b)[-2:]))
 
 
+def whiten(chol, b):
+    """``chol^{-1} b`` for a long trailing axis of ``b`` (``(..., D, T)``): the small inverse
+    ``chol^{-1}`` (one triangular solve against the identity) times ``b`` as one matrix product,
+    which XLA runs far faster than a triangular solve with ``T`` right-hand sides."""
+    eye = jnp.broadcast_to(jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
+    inv = _tri_solve(chol, eye)
+    return jnp.matmul(inv, b, precision=jax.lax.Precision.HIGHEST)
+
+
 def _tri_solve(chol, b, trans=0):
     """Solve ``L z = b`` (``trans=0``) or ``L^T z = b`` (``trans=1``) for matrices ``b (..., n, k)``."""
     chol, b = _bcast_pair(chol, b)

@@ -209,11 +209,11 @@ class AutoRegressive(EmissionFamily):
 
     # ------------------------------------------------------------------ likelihood
     def log_likelihoods(self, x, params) -> jax.Array:
-        """``(T, K)`` log densities ``log N(y_t | A_k x_t, cov_k)`` (one batched triangular solve)."""
+        """``(T, K)`` log densities ``log N(y_t | A_k x_t, cov_k)`` (one small triangular inverse per state, then a matrix product)."""
         chol = _mniw.cholesky(params["cov"])  # (K, D, D)
         mean = jnp.einsum("kdm,tm->kdt", params["A"], x.regressor)  # (K, D, T)
         diff = x.y.T[None] - mean
-        z = _mniw._tri_solve(chol, diff)
+        z = _mniw.whiten(chol, diff)
         maha = jnp.sum(z * z, axis=-2)
         ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw._LOG_2PI
         return ll.T

@@ -181,10 +181,10 @@ class GaussianNIW(EmissionFamily):
 
     # ------------------------------------------------------------------ likelihood
     def log_likelihoods(self, x, params) -> jax.Array:
-        """``(T, K)`` Gaussian log densities: one batched triangular solve per state."""
+        """``(T, K)`` Gaussian log densities: one small triangular inverse per state, then a matrix product."""
         chol = _mniw.cholesky(params["cov"])  # (K, D, D)
         diff = x[None, :, :] - params["mu"][:, None, :]  # (K, T, D)
-        z = _mniw._tri_solve(chol, jnp.swapaxes(diff, -1, -2))  # (K, D, T)
+        z = _mniw.whiten(chol, jnp.swapaxes(diff, -1, -2))  # (K, D, T)
         maha = jnp.sum(z * z, axis=-2)  # (K, T)
         ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw._LOG_2PI
         return ll.T

@@ -136,6 +136,12 @@ def _is_constant(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _num_used(states, num_states: int):
+    """Number of distinct states in ``states`` (any shape), as int32."""
+    used = jnp.zeros(num_states, bool).at[jnp.reshape(states, -1)].set(True)
+    return jnp.sum(used).astype(jnp.int32)
+
+
 def _close(a, b) -> bool:
     return bool(np.allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-10))
 
@@ -168,7 +174,8 @@ class HDPKernel(MCMCKernel):
     # ------------------------------------------------------------------ protocol
     @property
     def model(self):
-        return self._inference_model
+        """The user's model (what :class:`numpyro.infer.Gibbs` and ArviZ see)."""
+        return self._model
 
     @property
     def _inference_model(self):
@@ -202,8 +209,7 @@ class HDPKernel(MCMCKernel):
         def add_num_states(z):
             if sites is None or sites.states not in z:
                 return z
-            used = jnp.zeros(sites.num_states, bool).at[z[sites.states].reshape(-1)].set(True)
-            return {**z, f"{sites.name}_num_states": jnp.sum(used).astype(jnp.int32)}
+            return {**z, f"{sites.name}_num_states": _num_used(z[sites.states], sites.num_states)}
 
         return add_num_states
 
@@ -408,28 +414,28 @@ class HDPKernel(MCMCKernel):
             inner_state = self._inner.init(key_inner, num_warmup, params, model_args, kwargs_c)
             inner_z = self._inner.get_constrain_fn(model_args, kwargs_c)(inner_state.z)
             z.update({k: inner_z[k] for k in self._inner_sites})
+        return self._state(z, model_args, model_kwargs, jnp.zeros((), bool), jnp.ones((), jnp.result_type(float)),
+                           jnp.zeros((), bool), aux, inner_state, key_state)
+
+    def _state(self, z, model_args, model_kwargs, overflow, accept_prob, diverging, aux, inner_state, rng_key):
+        """Assemble an :class:`HDPState`, computing ``lp`` and ``num_states`` from ``z``."""
         lp, _ = log_density(self._inference_model, model_args, model_kwargs, z)
-        dtype = jnp.result_type(float)
         return HDPState(
             z=z,
-            num_states=self._count_states(z),
+            num_states=_num_used(z[self._sites.states], self._sites.num_states),
             lp=lp,
-            overflow=jnp.zeros((), bool),
-            accept_prob=jnp.ones((), dtype),
-            diverging=jnp.zeros((), bool),
+            overflow=overflow,
+            accept_prob=accept_prob,
+            diverging=diverging,
             aux=aux,
             inner_state=inner_state,
-            rng_key=key_state,
+            rng_key=rng_key,
         )
 
     def _make_inner(self):
         if self._inner_proto is None:
             return NUTS(conditioned(self._inference_model))
         return self._inner_proto.wrap_model(lambda m: conditioned(self._inference_model))
-
-    def _count_states(self, z):
-        used = jnp.zeros(self._sites.num_states, bool).at[z[self._sites.states].reshape(-1)].set(True)
-        return jnp.sum(used).astype(jnp.int32)
 
     def _sample_one(self, state: HDPState, model_args, model_kwargs) -> HDPState:
         key_sweep, key_next = random.split(state.rng_key)
@@ -448,18 +454,7 @@ class HDPKernel(MCMCKernel):
             z.update({k: inner_z[k] for k in self._inner_sites})
             accept_prob = jnp.asarray(getattr(inner_state, "accept_prob", accept_prob), accept_prob.dtype)
             diverging = jnp.asarray(getattr(inner_state, "diverging", diverging), bool)
-        lp, _ = log_density(self._inference_model, model_args, model_kwargs, z)
-        return HDPState(
-            z=z,
-            num_states=self._count_states(z),
-            lp=lp,
-            overflow=overflow,
-            accept_prob=accept_prob,
-            diverging=diverging,
-            aux=aux,
-            inner_state=inner_state,
-            rng_key=key_next,
-        )
+        return self._state(z, model_args, model_kwargs, overflow, accept_prob, diverging, aux, inner_state, key_next)
 
     # ------------------------------------------------------------------ shared updates
     def _prior_params(self, view: ModelView, site: str):

@@ -33,7 +33,7 @@ from jax import random
 from numpyro.primitives import Messenger
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm._core.hmm import hmm_posterior_sample
+from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta, sample_dirichlet
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView
@@ -62,22 +62,25 @@ class weak_limit(Messenger):
 
 class WeakLimitInfo(NamedTuple):
     """Per-sweep quantities of :func:`weak_limit_sweep`: transition counts ``n (L, L)``, start
-    counts ``first (L,)`` and the tables."""
+    counts ``first (L,)``, the tables and whether the FFBS draw was used."""
 
     n: jax.Array
     first: jax.Array
     tables: crp.TableCounts
+    ffbs_ok: jax.Array
 
 
 def _flatten_time(x):
     return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
 
 
-def weak_limit_sweep(rng_key, beta, trans, params, view: ModelView, hyper_update):
+def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hyper_update):
     """One sweep of Fox et al. Alg. 2 (steps 1-6 of the module docstring); pure and jittable.
 
-    ``beta (L+1,)``, ``trans (L+1, L+1)`` (start row last), ``params`` (leading axis ``L``),
-    ``view`` the model at the current values; ``hyper_update(key, tables, n, first) ->
+    ``states (N, T)`` the current states, ``beta (L+1,)``, ``trans (L+1, L+1)`` (start row
+    last), ``params`` (leading axis ``L``), ``view`` the model at the current values (the FFBS
+    keeps ``states`` in the rare sweep where its rescaled pass underflows, see
+    :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`); ``hyper_update(key, tables, n, first) ->
     (gamma, alpha, kappa, site_values)``.  Returns ``(states (N, T), beta, trans, params,
     site_values, WeakLimitInfo)``.
     """
@@ -88,7 +91,9 @@ def weak_limit_sweep(rng_key, beta, trans, params, view: ModelView, hyper_update
     log_init = jnp.log(trans[num_states, :num_states])
     log_trans = jnp.log(trans[:num_states, :num_states])
     log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(view.x, params)
-    states, _ = hmm_posterior_sample(k_z, log_init, log_trans, log_lik, mask=view.valid, length=view.lengths)
+    new_states, _, ok = hmm_posterior_sample_fast(k_z, log_init, log_trans, log_lik, mask=view.valid, length=view.lengths)
+    ffbs_ok = jnp.all(ok)
+    states = jnp.where(ffbs_ok, new_states, states)
     # 2. emission parameters from their conjugate posteriors
     weights = state_weights(states, view.valid, num_states, dtype=log_lik.dtype)
     stats = emission.sufficient_statistics(_flatten_time(view.x), weights.reshape(-1, num_states))
@@ -109,7 +114,7 @@ def weak_limit_sweep(rng_key, beta, trans, params, view: ModelView, hyper_update
     sticky = jnp.eye(num_states + 1, dtype=log_lik.dtype).at[num_states, num_states].set(0.0)
     conc = alpha * beta[None, :] + kappa * sticky + counts
     trans = sample_dirichlet(k_pi, conc)
-    return states, beta, trans, params, site_values, WeakLimitInfo(n=n, first=first, tables=tables)
+    return states, beta, trans, params, site_values, WeakLimitInfo(n=n, first=first, tables=tables, ffbs_ok=ffbs_ok)
 
 
 class WeakLimitGibbs(HDPKernel):
@@ -155,8 +160,9 @@ class WeakLimitGibbs(HDPKernel):
                 key, view, tables, n, first, lambda k, g, a, b: gamma_update(k, g, a, b, mbar_dishes)
             )
 
+        current = z[sites.states] if sites.batched else z[sites.states][None]
         states, beta, trans, params, site_values, _ = weak_limit_sweep(
-            rng_key, z[sites.beta], z[sites.trans], params, view, hyper_update
+            rng_key, current, z[sites.beta], z[sites.trans], params, view, hyper_update
         )
         owned = {
             sites.beta: beta,

@@ -1,7 +1,5 @@
 """WeakLimitGibbs: exact enumeration, Geweke, chain methods, ArviZ, and Fox et al. experiment A."""
 
-import functools
-
 import arviz as az
 import jax
 import jax.numpy as jnp
@@ -13,7 +11,7 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer import WeakLimitGibbs
+from numpyro_hdphmm.infer import WeakLimitGibbs, weak_limit
 
 from _checks import empirical_tv, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
 
@@ -94,14 +92,131 @@ GEWEKE_LIMIT = 4.5
 
 @pytest.mark.slow
 def test_geweke_with_hyperparameter_updates():
-    z = geweke_z_scores(WeakLimitGibbs(hyper_model), hyper_model, _stats(), num_steps=8,
+    z = geweke_z_scores(WeakLimitGibbs(hyper_model), weak_limit(hyper_model), _stats(), num_steps=8,
                         num_iterations=6000, num_prior=6000)
     assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
 
 
 @pytest.mark.slow
 def test_geweke_detects_printed_gamma_update(monkeypatch):
-    monkeypatch.setattr(crp, "resample_gamma", functools.partial(crp.resample_gamma, printed_typo=True))
-    z = geweke_z_scores(WeakLimitGibbs(hyper_model), hyper_model, _stats(), num_steps=8,
+    real = crp.resample_gamma
+    monkeypatch.setattr(crp, "resample_gamma", lambda *args, **kwargs: real(*args[:6], printed_typo=True))
+    z = geweke_z_scores(WeakLimitGibbs(hyper_model), weak_limit(hyper_model), _stats(), num_steps=8,
                         num_iterations=6000, num_prior=6000)
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
+
+
+# ------------------------------------------------------------------ NumPyro and ArviZ plumbing
+def prior_model(y=None, num_steps=None):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(2.0, 1.0))
+    kappa = numpyro.sample("kappa", dist.Gamma(5.0, 1.0))
+    scale = numpyro.sample("scale", dist.HalfNormal(2.0))  # no exact update: the inner NUTS
+    emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, scale * jnp.eye(1))
+    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, emission, max_states=4, num_steps=num_steps)
+    nh.sample("y", hmm, obs=y)
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    rng = np.random.default_rng(1)
+    return np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30)])[:, None]
+
+
+def test_arviz_end_to_end(small_data):
+    kernel = WeakLimitGibbs(prior_model)
+    mcmc = MCMC(kernel, num_warmup=30, num_samples=30, num_chains=2, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(0), small_data)
+    assert kernel._hyper.gamma == "gamma" and kernel._hyper.concentration == "independent"
+    assert kernel._inner_sites == ("scale",)
+    idata = az.from_numpyro(mcmc)
+    for group in ("posterior", "log_likelihood", "sample_stats", "observed_data"):
+        assert hasattr(idata, group), group
+    post = idata.posterior
+    for var in ("gamma", "alpha", "kappa", "scale", "y_num_states", "y_beta", "y_trans", "y_mu", "y_cov"):
+        assert var in post, var
+    assert post["y_states"].dims == ("chain", "draw", "time")
+    assert idata.log_likelihood["y"].dims == ("chain", "draw", "time")
+    assert {"lp", "num_states", "diverging"} <= set(idata.sample_stats.data_vars)
+    assert np.all(np.isfinite(idata.sample_stats["lp"].values))
+    summary = az.summary(idata, var_names=["gamma", "kappa", "y_num_states"])
+    assert np.all(np.isfinite(summary["mean"].values))
+    assert float(az.ess(idata, var_names=["kappa"])["kappa"]) > 0
+    az.rhat(idata, var_names=["gamma"])
+    import matplotlib
+
+    matplotlib.use("Agg")
+    az.plot_trace(idata, var_names=["kappa", "y_num_states"])
+
+
+def test_chain_methods_and_resume(small_data):
+    shapes = {}
+    for method in ("sequential", "vectorized"):
+        mcmc = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=6, num_chains=2,
+                    chain_method=method, progress_bar=False)
+        mcmc.run(jax.random.key(0), small_data)
+        shapes[method] = mcmc.get_samples(group_by_chain=True)["y_states"].shape
+    assert shapes["sequential"] == shapes["vectorized"] == (2, 6, 60)
+    # post_warmup_state resumes a run exactly
+    full = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=8, progress_bar=False)
+    full.run(jax.random.key(3), small_data)
+    half = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=4, progress_bar=False)
+    half.run(jax.random.key(3), small_data)
+    first = half.get_samples()["y_states"]
+    half.post_warmup_state = half.last_state
+    half.run(half.post_warmup_state.rng_key, small_data)
+    both = np.concatenate([first, half.get_samples()["y_states"]])
+    np.testing.assert_array_equal(both, full.get_samples()["y_states"])
+
+
+def fixed_model_gauss(y):
+    emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+    nh.sample("y", nh.StickyHDPHMM(2.0, 2.0, 5.0, emission, max_states=4), obs=y)
+
+
+def test_block_of_numpyro_gibbs(small_data):
+    model = weak_limit(prior_model)
+    hdp_sites = ["y_beta", "y_trans", "y_mu", "y_cov", "y_states", "gamma", "alpha", "kappa"]
+    kernel = numpyro.infer.Gibbs([(WeakLimitGibbs(model), hdp_sites), (numpyro.infer.NUTS(model), None)])
+    mcmc = MCMC(kernel, num_warmup=20, num_samples=20, progress_bar=False)
+    mcmc.run(jax.random.key(0), small_data)
+    samples = mcmc.get_samples()
+    assert samples["y_states"].shape == (20, 60) and samples["scale"].shape == (20,)
+    assert np.all(np.asarray(samples["y_beta"])[:, -1] == 0.0)  # the weak-limit prior
+
+
+def test_model_without_hdphmm_is_rejected():
+    def plain(y):
+        numpyro.sample("y", dist.Normal(0, 1), obs=y)
+
+    with pytest.raises(ValueError, match="numpyro_hdphmm.sample"):
+        MCMC(WeakLimitGibbs(plain), num_warmup=1, num_samples=1, progress_bar=False).run(jax.random.key(0), np.zeros(3))
+
+
+# ------------------------------------------------------------------- Fox et al. experiment A
+def experiment_model(y, sticky=True):
+    gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
+    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
+    emission = nh.emissions.GaussianNIW.weakly_informative(y)
+    if sticky:
+        kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
+        hmm = nh.StickyHDPHMM(gamma, alpha, kappa, emission, max_states=15)
+    else:
+        hmm = nh.HDPHMM(gamma, alpha, emission, max_states=15)
+    nh.sample("y", hmm, obs=y)
+
+
+@pytest.mark.slow
+def test_fox_experiment_a():
+    data = nh.datasets.fox_experiment_a(num_steps=1000, seed=0)
+    results = {}
+    for sticky in (True, False):
+        mcmc = MCMC(WeakLimitGibbs(experiment_model), num_warmup=250, num_samples=250, num_chains=4,
+                    chain_method="vectorized", progress_bar=False)
+        mcmc.run(jax.random.key(1), data.observations, sticky)
+        states = np.asarray(mcmc.get_samples()["y_states"])
+        results[sticky] = (np.asarray(mcmc.get_samples()["y_num_states"]),
+                           nh.diagnostics.hamming_distance(states, data.states))
+    num_states, hamming = results[True]
+    assert np.median(num_states) == 3 and np.median(hamming) < 0.05
+    assert np.mean(results[False][0]) > np.mean(num_states)  # the HDP-HMM uses more states

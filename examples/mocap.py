@@ -29,15 +29,30 @@ Choices (following Fox, Sudderth, Jordan & Willsky's BP-AR-HMM mocap experiments
   17-108 frames; the three get exact auxiliary-variable updates.  (``kappa ~ Gamma(100, 1)``
   merged exercises into 2-4 states: Hamming about 0.7.)
 
+Initialization (``initial_parameters``): each chain cuts the sequences into 50-frame chunks
+with random labels and starts every state at its posterior mean given its chunks, with
+``beta`` uniform and the rows at their prior means.  Starting from prior draws instead
+(``--prior-init``) let a draw of ``beta`` with small ``gamma``/``alpha`` shut most states out
+in the first sweep: 2-13 states per chain.
+
 The chains mix slowly between segmentations (the weak-limit Gibbs sampler moves one state
-sequence at a time; Fox et al. add split-merge moves to the BP-AR-HMM): different chains end
-in different local modes, which is why several are run and reported separately.
+sequence at a time; Fox et al. add split-merge moves to the BP-AR-HMM), so different chains end
+in different local modes; several are run and reported separately.
+
+Results with the defaults (4 chains x 500 sweeps, seed 0, about 70 s on 2 shared CPU cores,
+compilation included): 22-23 states per chain (the 12 exercises over-segmented), last-draw
+Hamming distance 0.46, 0.60, 0.47, 0.52 (median 0.50); with ``--prior-init``: 0.42, 0.54,
+0.63, 0.72 with 2-13 states.  Other settings tried (2 chains x 400 sweeps, prior init):
+``weakly_informative`` defaults 0.60-0.68 (2-4 states); ``loc = [I, 0]`` 0.49-0.53 (20
+states); ``kappa ~ Gamma(100, 1)`` 0.70-0.72 (2-4 states); noise fraction 0.5 0.63-0.71;
+constants ``gamma = 10, alpha = 1, kappa = 50`` 0.50-0.65; ``gamma ~ Gamma(10, 1)`` (4
+chains) 0.43-0.70; IW ``df = 30`` 0.53-0.72.
 
 Output: per chain, the number of states of the last draw and the normalized Hamming distance
 (``nh.diagnostics.hamming_distance``, optimal one-to-one matching of states to exercises over
 the valid frames of all six sequences concatenated) of the last draw and its median over the
-last 100 draws; a segmentation plot of one sequence (``mocap_segmentation.png``).  About two
-minutes on 2 CPU cores with the defaults.  Run:  python examples/mocap.py
+last 100 draws; a segmentation plot of one sequence (``mocap_segmentation.png``).
+Run:  python examples/mocap.py
 """
 
 import argparse

@@ -140,25 +140,37 @@ class GaussianNIW(EmissionFamily):
 
     # ------------------------------------------------------------------ conjugate machinery
     def sufficient_statistics(self, x, weights) -> GaussianStats:
-        """``(count (K,), sum_y (K, D), sum_yy (K, D, D))`` weighted by ``weights (T, K)``."""
+        """``(count (K,), sum_y (K, D), sum_yy (K, D, D))`` of ``y - loc``, weighted by ``weights (T, K)``.
+
+        The moments are centred at the prior mean ``loc`` (``weakly_informative`` puts it at the
+        data mean), so that ``Psi_n`` is not a difference of large raw moments: float32 stays
+        accurate for data far from the origin.  Statistics therefore belong to the family object
+        that computed them (as everywhere in the package: the prior of the model).
+        """
         w = jnp.asarray(weights, jnp.result_type(x))
+        xc = x - self.loc
         return GaussianStats(
             count=jnp.sum(w, axis=0),
-            sum_y=w.T @ x,
-            sum_yy=jnp.einsum("tk,ti,tj->kij", w, x, x),
+            sum_y=w.T @ xc,
+            sum_yy=jnp.einsum("tk,ti,tj->kij", w, xc, xc),
         )
 
+    def _as_centred_mniw(self):
+        """The prior in coordinates centred at ``loc`` (prior mean zero)."""
+        return (jnp.zeros_like(self.loc)[..., None], self.mean_precision[..., None, None], self.df, self.scale)
+
     def posterior(self, stats: GaussianStats) -> "GaussianNIW":
-        """NIW posterior (Murphy 2007 eqs. 250-254): ``kappa_n = kappa_0 + N``,
-        ``m_n = (kappa_0 m_0 + sum y) / kappa_n``, ``nu_n = nu_0 + N``,
-        ``Psi_n = Psi_0 + sum y y^T + kappa_0 m_0 m_0^T - kappa_n m_n m_n^T`` (the uncentred form
-        of the scatter-matrix update), via :func:`._mniw.mniw_posterior`."""
-        Mn, Kn, dfn, Psin = _mniw.mniw_posterior(*self._as_mniw(), self._mniw_stats(stats))
-        return self._from_hyper(Mn[..., 0], Kn[..., 0, 0], dfn, Psin, self.dim)
+        """NIW posterior (Murphy 2007 eqs. 250-254) in centred coordinates ``y - m_0``:
+        ``kappa_n = kappa_0 + N``, ``m_n = m_0 + sum (y - m_0) / kappa_n``, ``nu_n = nu_0 + N``,
+        ``Psi_n = Psi_0 + sum (y - m_0)(y - m_0)^T - kappa_n (m_n - m_0)(m_n - m_0)^T``, via
+        :func:`._mniw.mniw_posterior`."""
+        Mn, Kn, dfn, Psin = _mniw.mniw_posterior(*self._as_centred_mniw(), self._mniw_stats(stats))
+        return self._from_hyper(self.loc + Mn[..., 0], Kn[..., 0, 0], dfn, Psin, self.dim)
 
     def log_marginal_likelihood(self, stats: GaussianStats) -> jax.Array:
-        """Closed-form evidence (Murphy 2007 sec. 9; :func:`._mniw.mniw_log_marginal`), shape ``(K,)``."""
-        return _mniw.mniw_log_marginal(*self._as_mniw(), self._mniw_stats(stats))
+        """Closed-form evidence (Murphy 2007 sec. 9; :func:`._mniw.mniw_log_marginal`; invariant
+        under the translation to centred coordinates), shape ``(K,)``."""
+        return _mniw.mniw_log_marginal(*self._as_centred_mniw(), self._mniw_stats(stats))
 
     def log_predictive(self, x, stats: GaussianStats) -> jax.Array:
         """Student-t predictive of one ``x (D,)`` (Murphy 2007 sec. 9): dof ``nu_n - D + 1``,

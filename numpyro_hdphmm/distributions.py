@@ -390,12 +390,10 @@ class MarkovChain(Distribution):
         first = jnp.take_along_axis(
             jnp.broadcast_to(log_init, value.shape[:-1] + (k,)), value[..., :1], -1
         )[..., 0]
-        prev, nxt = value[..., :-1], value[..., 1:]
-        rows = jnp.broadcast_to(log_trans, value.shape[:-1] + (k, k))
-        # log P[z_{t-1}, z_t] = rows[..., z_{t-1}, z_t]
-        picked = jnp.take_along_axis(
-            jnp.take_along_axis(rows, prev[..., None], axis=-2), nxt[..., None], axis=-1
-        )[..., 0]
+        # log P[z_{t-1}, z_t]: one gather from the flattened (K*K,) matrix per step
+        pair = value[..., :-1] * k + value[..., 1:]
+        flat = jnp.broadcast_to(log_trans, value.shape[:-1] + (k, k)).reshape(value.shape[:-1] + (k * k,))
+        picked = jnp.take_along_axis(flat, pair, axis=-1)
         if self.lengths is not None:
             t = jnp.arange(1, self.num_steps)
             picked = jnp.where(t < self.lengths[..., None], picked, 0.0)

@@ -750,6 +750,13 @@ def _run_batched(fn, info, args, batched_flags, out_batch_ndims=None):
     if not batch:
         return fn(*args)
     n = int(np.prod(batch))
+    if n == 1:
+        # one sequence: call directly, so that the data-dependent fallback stays a real
+        # ``lax.cond`` instead of a vmapped ``select`` that would run both passes
+        single = [a.reshape(a.shape[len(batch):]) if (b and a is not None) else a
+                  for a, b in zip(args, batched_flags)]
+        out = fn(*single)
+        return jax.tree_util.tree_map(lambda o: o.reshape(batch + o.shape), out)
     flat = [a.reshape((n,) + a.shape[len(batch):]) if (b and a is not None) else a
             for a, b in zip(args, batched_flags)]
     in_axes = [0 if (b and a is not None) else None for a, b in zip(args, batched_flags)]

@@ -174,8 +174,9 @@ class HDPKernel(MCMCKernel):
     # ------------------------------------------------------------------ protocol
     @property
     def model(self):
-        """The user's model (what :class:`numpyro.infer.Gibbs` and ArviZ see)."""
-        return self._model
+        """The model the kernel samples (what ArviZ re-runs and :class:`numpyro.infer.Gibbs`
+        compares across blocks): the user's model, or its approximation for approximate kernels."""
+        return self._inference_model
 
     @property
     def _inference_model(self):

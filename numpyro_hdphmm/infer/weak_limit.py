@@ -42,22 +42,29 @@ from numpyro_hdphmm.primitives import HDP_ROLE
 __all__ = ["WeakLimitGibbs", "weak_limit", "WeakLimitInfo", "weak_limit_sweep"]
 
 
-class weak_limit(Messenger):
-    """Effect handler: the model with ``{name}_beta ~ GEM(gamma, L)`` replaced by the weak-limit
-    prior ``WeakLimitBeta(gamma, L) = Dir(gamma/L)`` (Fox et al. eq. 39).
-
-    :class:`WeakLimitGibbs` samples ``weak_limit(model)``.  When composing it with other kernels in
-    :class:`numpyro.infer.Gibbs`, give every block the same ``weak_limit(model)`` so that all of them
-    target the same posterior.
-    """
+class _WeakLimitPrior(Messenger):
+    """Effect handler replacing ``GEM`` at the ``{name}_beta`` site by ``WeakLimitBeta``."""
 
     def process_message(self, msg):
         if (
             msg["type"] == "sample"
             and (msg.get("infer") or {}).get(HDP_ROLE) == "beta"
             and isinstance(msg["fn"], GEM)
+            and not isinstance(msg["fn"], WeakLimitBeta)
         ):
             msg["fn"] = WeakLimitBeta(msg["fn"].concentration, msg["fn"].truncation)
+
+
+def weak_limit(model):
+    """The model with ``{name}_beta ~ GEM(gamma, L)`` replaced by the weak-limit prior
+    ``WeakLimitBeta(gamma, L) = Dir(gamma/L)`` (Fox et al. eq. 39).
+
+    :class:`WeakLimitGibbs` samples ``weak_limit(model)`` (its ``model`` property).  When composing
+    it with other kernels in :class:`numpyro.infer.Gibbs`, build every block on the same
+    ``m = weak_limit(model)`` so that all of them target the same posterior.  Idempotent:
+    ``weak_limit(weak_limit(model))`` is ``weak_limit(model)``.
+    """
+    return model if isinstance(model, _WeakLimitPrior) else _WeakLimitPrior(model)
 
 
 class WeakLimitInfo(NamedTuple):
@@ -138,7 +145,11 @@ class WeakLimitGibbs(HDPKernel):
 
     @property
     def _inference_model(self):
-        return weak_limit(self._model)
+        cache = getattr(self, "_weak_limit_cache", None)
+        if cache is None or cache[0] is not self._model:
+            cache = (self._model, weak_limit(self._model))
+            self._weak_limit_cache = cache
+        return cache[1]
 
     def _init_owned(self, rng_key, z, view: ModelView, init_params):
         # the prototype draws come from the weak-limit prior; the first sweep starts from them

@@ -270,36 +270,42 @@ class HDPTransitions(Distribution):
 
 
 # ---------------------------------------------------------------------------- Markov chain
+def _inverse_cdf(weights, u):
+    """Index drawn from unnormalized ``weights`` (>= 0) with a uniform ``u``: ``#{k : cumsum_k < u total}``."""
+    cs = jnp.cumsum(weights)
+    return jnp.minimum(jnp.sum(cs < u * cs[-1]), weights.shape[-1] - 1)
+
+
 def _sample_markov_chain(key, log_init, log_trans, num_steps: int):
     """Draw ``z_{1:T}`` from a chain whose rows may carry an escape column (see MarkovChain).
 
     Returns ``(states (T,), escapes)``: draws that landed in the escape column are redrawn among
-    the represented states and counted in ``escapes``.
+    the represented states and counted in ``escapes``.  Memory is O(T): two uniforms per step and
+    one inverse-CDF draw from the current row (no (T, K) noise array).
     """
     num_states = log_trans.shape[-2]
     has_escape = log_trans.shape[-1] == num_states + 1
-    k_init, k_g, k_r = random.split(key, 3)
-    g = random.gumbel(k_g, (num_steps, log_trans.shape[-1]), dtype=log_trans.dtype)
-    g_redraw = random.gumbel(k_r, (num_steps, num_states), dtype=log_trans.dtype)
-    g0 = random.gumbel(k_init, (log_init.shape[-1],), dtype=log_trans.dtype)
+    k_u, k_r = random.split(key)
+    u = random.uniform(k_u, (num_steps,), dtype=log_trans.dtype)
+    u_redraw = random.uniform(k_r, (num_steps,), dtype=log_trans.dtype)
 
-    def draw(logits, noise, noise_redraw):
-        z = jnp.argmax(logits + noise)
+    def draw(log_row, u_t, u_r):
+        w = jnp.exp(log_row - jnp.max(log_row))
+        z = _inverse_cdf(w, u_t)
         if not has_escape:
             return z, 0
         escaped = z == num_states
-        z_in = jnp.argmax(logits[:num_states] + noise_redraw)
+        z_in = _inverse_cdf(w[:num_states], u_r)
         return jnp.where(escaped, z_in, z), escaped.astype(jnp.int32)
 
-    z0, e0 = draw(log_init, g0, g_redraw[0])
+    z0, e0 = draw(log_init, u[0], u_redraw[0])
 
     def step(carry, inputs):
         z_prev, esc = carry
-        noise, noise_redraw = inputs
-        z, e = draw(log_trans[z_prev], noise, noise_redraw)
+        z, e = draw(log_trans[z_prev], *inputs)
         return (z, esc + e), z
 
-    (_, escapes), rest = lax.scan(step, (z0, e0), (g[1:], g_redraw[1:]))
+    (_, escapes), rest = lax.scan(step, (z0, e0), (u[1:], u_redraw[1:]))
     states = jnp.concatenate([z0[None], rest]).astype(jnp.int32)
     return states, escapes
 

@@ -136,6 +136,10 @@ def _is_constant(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+#: data size (elements) above which the initial log joint is compiled rather than run eagerly
+_COMPILE_LOG_JOINT_SIZE = 1_000_000
+
+
 def _num_used(states, num_states: int):
     """Number of distinct states in ``states`` (any shape), as int32."""
     used = jnp.zeros(num_states, bool).at[jnp.reshape(states, -1)].set(True)
@@ -418,9 +422,27 @@ class HDPKernel(MCMCKernel):
         return self._state(z, model_args, model_kwargs, jnp.zeros((), bool), jnp.ones((), jnp.result_type(float)),
                            jnp.zeros((), bool), aux, inner_state, key_state)
 
+    def _log_joint(self, z, model_args, model_kwargs):
+        """``log p(z, y)`` of the model.  Outside any trace and for large data (the kernel's
+        initialization) it is compiled, so that XLA fuses the ``(T, K)`` temporaries that an
+        eager evaluation would hold at once; small problems are evaluated eagerly (no compile)."""
+        leaves, treedef = jax.tree_util.tree_flatten((model_args, model_kwargs))
+        is_array = [isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves]
+        size = sum(int(np.size(leaf)) for leaf, a in zip(leaves, is_array) if a)
+        if size < _COMPILE_LOG_JOINT_SIZE or not all(_is_constant(v) for v in jax.tree_util.tree_leaves(z)):
+            return log_density(self._inference_model, model_args, model_kwargs, z)[0]
+
+        def log_joint(z, arrays):
+            it = iter(arrays)
+            full = [next(it) if a else leaf for leaf, a in zip(leaves, is_array)]
+            args, kwargs = jax.tree_util.tree_unflatten(treedef, full)
+            return log_density(self._inference_model, args, kwargs, z)[0]
+
+        return jax.jit(log_joint)(z, [leaf for leaf, a in zip(leaves, is_array) if a])
+
     def _state(self, z, model_args, model_kwargs, overflow, accept_prob, diverging, aux, inner_state, rng_key):
         """Assemble an :class:`HDPState`, computing ``lp`` and ``num_states`` from ``z``."""
-        lp, _ = log_density(self._inference_model, model_args, model_kwargs, z)
+        lp = self._log_joint(z, model_args, model_kwargs)
         return HDPState(
             z=z,
             num_states=_num_used(z[self._sites.states], self._sites.num_states),

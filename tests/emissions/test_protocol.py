@@ -114,16 +114,14 @@ def test_statistics_add_and_masks_ignore_data(family):
     s_sum = _add(family.sufficient_statistics(x, w * half), family.sufficient_statistics(x, w * (1 - half)))
     for a, b in zip(jax.tree_util.tree_leaves(s_all), jax.tree_util.tree_leaves(s_sum)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
-    # a zero-weight step does not matter whatever its value (here: replaced by other data)
-    y2, _, _ = _data(family, 12, key=4)
-    x2, _ = family.prepare(y2)
-    keep = (jnp.arange(12) % 2 == 0)
-    if y.ndim == 1:
-        y_mix = jnp.where(keep, y, y2)
-    else:
-        y_mix = jnp.where(keep.reshape((-1,) + (1,) * (y.ndim - 1)), y, y2)
+
+    # a zero-weight step does not matter whatever its value (here: replaced by other data);
+    # autoregressive regressors depend on neighbouring steps: test_autoregressive.py covers them
     if isinstance(family, em.AutoRegressive):
-        pytest.skip("autoregressive regressors depend on neighbouring steps; covered in test_autoregressive.py")
+        return
+    y2, _, _ = _data(family, 12, key=4)
+    keep = (jnp.arange(12) % 2 == 0)
+    y_mix = jnp.where(keep.reshape((-1,) + (1,) * (y.ndim - 1)), y, y2)
     x_mix, _ = family.prepare(y_mix)
     wk = w * keep[:, None]
     np.testing.assert_allclose(

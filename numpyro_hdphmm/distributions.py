@@ -31,7 +31,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import promote_shapes, validate_sample
 
-from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
+from numpyro_hdphmm._core.hmm import _categorical, hmm_marginal_loglik
 from numpyro_hdphmm._core.validation import (
     check_nonnegative,
     check_positive,
@@ -270,12 +270,6 @@ class HDPTransitions(Distribution):
 
 
 # ---------------------------------------------------------------------------- Markov chain
-def _inverse_cdf(weights, u):
-    """Index drawn from unnormalized ``weights`` (>= 0) with a uniform ``u``: ``#{k : cumsum_k < u total}``."""
-    cs = jnp.cumsum(weights)
-    return jnp.minimum(jnp.sum(cs < u * cs[-1]), weights.shape[-1] - 1)
-
-
 def _sample_markov_chain(key, log_init, log_trans, num_steps: int):
     """Draw ``z_{1:T}`` from a chain whose rows may carry an escape column (see MarkovChain).
 
@@ -286,16 +280,17 @@ def _sample_markov_chain(key, log_init, log_trans, num_steps: int):
     num_states = log_trans.shape[-2]
     has_escape = log_trans.shape[-1] == num_states + 1
     k_u, k_r = random.split(key)
-    u = random.uniform(k_u, (num_steps,), dtype=log_trans.dtype)
-    u_redraw = random.uniform(k_r, (num_steps,), dtype=log_trans.dtype)
+    # uniforms in (0, 1]: the inverse-CDF draw then never picks a zero-weight state
+    u = 1.0 - random.uniform(k_u, (num_steps,), dtype=log_trans.dtype)
+    u_redraw = 1.0 - random.uniform(k_r, (num_steps,), dtype=log_trans.dtype)
 
     def draw(log_row, u_t, u_r):
         w = jnp.exp(log_row - jnp.max(log_row))
-        z = _inverse_cdf(w, u_t)
+        z = _categorical(w, u_t)
         if not has_escape:
             return z, 0
         escaped = z == num_states
-        z_in = _inverse_cdf(w[:num_states], u_r)
+        z_in = _categorical(w[:num_states], u_r)
         return jnp.where(escaped, z_in, z), escaped.astype(jnp.int32)
 
     z0, e0 = draw(log_init, u[0], u_redraw[0])

@@ -920,6 +920,17 @@ def _ffbs_par_checked(key, log_init, log_a, ll, mask, length):
     return states, loglik, jnp.isfinite(loglik)
 
 
+def _ffbs_batched(seq_fn, par_fn, rng_key, log_initial_probs, log_transition_matrix,
+                  log_likelihoods, mask, length, method):
+    """Validate, pick the method, split one key per sequence and map a single-sequence FFBS."""
+    info, args, flags = _standard_args(log_initial_probs, log_transition_matrix,
+                                       log_likelihoods, mask, length)
+    method = _resolve_method(method, info["T"], info["K"])
+    keys, kb = _split_keys(rng_key, info["batch"])
+    fn = seq_fn if method == "sequential" else par_fn
+    return _run_batched(fn, info, [keys] + args, [kb] + flags)
+
+
 def hmm_posterior_sample_fast(rng_key, log_initial_probs, log_transition_matrix, log_likelihoods,
                               mask=None, length=None, method: str = "auto"):
     r"""FFBS without the exact log-space fallback: ``(states, marginal_loglik, ok)``.
@@ -933,12 +944,8 @@ def hmm_posterior_sample_fast(rng_key, log_initial_probs, log_transition_matrix,
     depends only on the conditioning values (transitions and likelihoods), never on the current
     states, so skipping the update leaves the target invariant.
     """
-    info, args, flags = _standard_args(log_initial_probs, log_transition_matrix,
-                                       log_likelihoods, mask, length)
-    method = _resolve_method(method, info["T"], info["K"])
-    keys, kb = _split_keys(rng_key, info["batch"])
-    fn = _ffbs_fast_jit if method == "sequential" else _ffbs_par_checked
-    return _run_batched(fn, info, [keys] + args, [kb] + flags)
+    return _ffbs_batched(_ffbs_fast_jit, _ffbs_par_checked, rng_key, log_initial_probs,
+                         log_transition_matrix, log_likelihoods, mask, length, method)
 
 
 def hmm_posterior_sample(rng_key, log_initial_probs, log_transition_matrix, log_likelihoods,
@@ -948,12 +955,8 @@ def hmm_posterior_sample(rng_key, log_initial_probs, log_transition_matrix, log_
     Arguments as in :func:`hmm_filter` plus ``rng_key``.  Returns ``(states (T,) int32,
     marginal_loglik ())`` (with leading batch dims for batched inputs).
     """
-    info, args, flags = _standard_args(log_initial_probs, log_transition_matrix,
-                                       log_likelihoods, mask, length)
-    method = _resolve_method(method, info["T"], info["K"])
-    keys, kb = _split_keys(rng_key, info["batch"])
-    fn = _ffbs_jit_seq if method == "sequential" else _ffbs_jit_par
-    return _run_batched(fn, info, [keys] + args, [kb] + flags)
+    return _ffbs_batched(_ffbs_jit_seq, _ffbs_jit_par, rng_key, log_initial_probs,
+                         log_transition_matrix, log_likelihoods, mask, length, method)
 
 
 @jax.jit

@@ -50,7 +50,6 @@ class _WeakLimitPrior(Messenger):
             msg["type"] == "sample"
             and (msg.get("infer") or {}).get(HDP_ROLE) == "beta"
             and isinstance(msg["fn"], GEM)
-            and not isinstance(msg["fn"], WeakLimitBeta)
         ):
             msg["fn"] = WeakLimitBeta(msg["fn"].concentration, msg["fn"].truncation)
 

@@ -18,6 +18,8 @@ from numpyro_hdphmm.distributions import (
     StickyHDPHMM,
     WeakLimitBeta,
 )
+from numpyro_hdphmm.arviz import to_inference_data
+from numpyro_hdphmm.predictive import forecast
 from numpyro_hdphmm.primitives import sample
 
 __version__ = "0.1.0"
@@ -34,6 +36,8 @@ __all__ = [
     "datasets",
     "diagnostics",
     "emissions",
+    "forecast",
     "infer",
     "sample",
+    "to_inference_data",
 ]

@@ -551,7 +551,9 @@ class StickyHDPHMM(Distribution):
 
     Arguments: ``gamma`` (top-level concentration), ``alpha`` (transition concentration),
     ``kappa >= 0`` (self-transition bias; 0 gives the HDP-HMM), ``emission`` (an
-    :class:`~numpyro_hdphmm.emissions.EmissionFamily`), ``max_states`` (the capacity ``K``: how
+    :class:`~numpyro_hdphmm.emissions.EmissionFamily`, or a callable ``k -> Distribution`` of one
+    observation given state ``k``, vectorized over ``k``, wrapped in
+    :class:`~numpyro_hdphmm.emissions.CustomEmission`), ``max_states`` (the capacity ``K``: how
     many states may be represented; not a truncation of the model, see the module docstring) and
     ``num_steps`` (the length ``T`` of a generated sequence).
 
@@ -578,9 +580,14 @@ class StickyHDPHMM(Distribution):
 
     def __init__(self, gamma, alpha, kappa, emission, max_states: int, num_steps=None, *, validate_args=None):
         if not isinstance(emission, EmissionFamily):
-            raise ValueError(
-                f"`emission` must be an emission family from numpyro_hdphmm.emissions, got {type(emission).__name__}."
-            )
+            if not callable(emission) or isinstance(emission, Distribution):
+                raise ValueError(
+                    "`emission` must be an emission family from numpyro_hdphmm.emissions or a callable "
+                    f"k -> numpyro Distribution (vectorized over states), got {type(emission).__name__}."
+                )
+            from numpyro_hdphmm.emissions.custom import CustomEmission
+
+            emission = CustomEmission(emission, _check_capacity("max_states", max_states, 2))
         if emission.batch_shape != ():
             raise ValueError(f"`emission` must be a prior (batch shape ()), got batch shape {emission.batch_shape}.")
         self.max_states = _check_capacity("max_states", max_states, 2)

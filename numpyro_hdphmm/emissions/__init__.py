@@ -10,6 +10,13 @@ family                 prior                                       parameters (s
 ``VonMisesFisher``     vMF on the mean direction (known kappa)     ``mu``
 ``AutoRegressive``     matrix-normal-inverse-Wishart               ``A``, ``cov``
 =====================  ==========================================  =====================
+
+``DPMixture(base, concentration, max_components)``: weak-limit DP-mixture emissions over any of
+these families (Fox et al. Sec. VI); sites ``weights`` and the base's parameters, ``(K, L', ...)``.
+
+``CustomEmission(fn, num_states)``: non-conjugate emissions written as plain NumPyro, ``fn: k ->
+Distribution`` over the user's own sites (``StickyHDPHMM(..., emission=fn)`` wraps it); blocked
+kernels only (the parameters are updated by the inner NUTS kernel).
 """
 
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site, state_weights
@@ -19,6 +26,8 @@ from numpyro_hdphmm.emissions.diagonal import DiagonalGaussian
 from numpyro_hdphmm.emissions.categorical import Categorical
 from numpyro_hdphmm.emissions.poisson import Poisson
 from numpyro_hdphmm.emissions.vmf import VonMisesFisher
+from numpyro_hdphmm.emissions.dp_mixture import DPMixture
+from numpyro_hdphmm.emissions.custom import CustomEmission
 
 __all__ = [
     "EmissionFamily",
@@ -30,4 +39,6 @@ __all__ = [
     "Categorical",
     "Poisson",
     "VonMisesFisher",
+    "DPMixture",
+    "CustomEmission",
 ]

@@ -122,6 +122,20 @@ class EmissionFamily:
         """Draw ``theta_k ~ p(theta | stats_k, lambda)`` for every state: leading axis ``K``."""
         return self.posterior(stats).sample_parameters(rng_key)
 
+    def update_parameters(self, rng_key, x, weights, params: Params, concentration_prior=None):
+        """One Gibbs update of the emission parameters given the states: ``(params, concentration)``.
+
+        ``x`` from :meth:`prepare` (time flattened, leading axis ``T``), ``weights (T, K)`` as in
+        :meth:`sufficient_statistics`, ``params`` the current values (leading axis ``K``).  For a
+        conjugate family this is the exact draw ``theta_k ~ p(theta | stats_k, lambda)`` and the
+        current ``params`` are not used; families with latent structure of their own (e.g.
+        :class:`~numpyro_hdphmm.emissions.DPMixture`) override it with a step that leaves
+        ``p(theta | x, states)`` invariant.  ``concentration_prior``: ``(shape, rate)`` of a Gamma
+        prior on the family's own concentration when a kernel recognized one (else ``None``);
+        the second return value is the updated concentration (``None`` for families without one).
+        """
+        return self.sample_posterior(rng_key, self.sufficient_statistics(x, weights)), None
+
     def log_prior(self, params: Params) -> jax.Array:
         """``log p(theta_k | lambda)`` for each state ``k``: shape ``(K,)``."""
         raise NotImplementedError

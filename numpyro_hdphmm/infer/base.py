@@ -34,7 +34,7 @@ import numpyro.distributions as dist
 from jax import random
 from numpyro import handlers
 from numpyro.infer import NUTS
-from numpyro.infer.gibbs import conditioned, latent_sample_sites, prototype_trace, with_conditioning
+from numpyro.infer.gibbs import conditioned, latent_sample_sites, with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
@@ -87,6 +87,9 @@ class HyperUpdates(NamedTuple):
     ``gamma``: site name or ``None``; ``concentration``: ``"independent"`` (``alpha`` and/or
     ``kappa`` sites with Gamma priors, the other constant), ``"c_rho"`` (``alpha + kappa`` Gamma,
     ``rho`` Beta) or ``None``; ``alpha``/``kappa``/``c``/``rho``: the site names (or ``None``).
+    ``emission_concentration``: a scalar Gamma-prior site whose value is the concentration ``sigma``
+    of a :class:`~numpyro_hdphmm.emissions.DPMixture` emission (and feeds nothing else); its prior is
+    passed to the emission's ``update_parameters``, which returns the new value.
     """
 
     gamma: Optional[str] = None
@@ -95,10 +98,13 @@ class HyperUpdates(NamedTuple):
     kappa: Optional[str] = None
     c: Optional[str] = None
     rho: Optional[str] = None
+    emission_concentration: Optional[str] = None
 
     @property
     def sites(self) -> Tuple[str, ...]:
-        return tuple(s for s in (self.gamma, self.alpha, self.kappa, self.c, self.rho) if s is not None)
+        return tuple(
+            s for s in (self.gamma, self.alpha, self.kappa, self.c, self.rho, self.emission_concentration) if s is not None
+        )
 
 
 class ModelView(NamedTuple):
@@ -144,6 +150,23 @@ def _num_used(states, num_states: int):
     """Number of distinct states in ``states`` (any shape), as int32."""
     used = jnp.zeros(num_states, bool).at[jnp.reshape(states, -1)].set(True)
     return jnp.sum(used).astype(jnp.int32)
+
+
+def _prior_trace(model, rng_key, model_args, model_kwargs):
+    """A trace of ``model`` with every latent site drawn from its prior (unlike NumPyro's
+    ``prototype_trace``, this needs no unconstraining transform, e.g. for spherical sites)."""
+    return handlers.trace(handlers.seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
+
+
+def _warn_overflow(overflow, capacity, kernel):
+    if np.any(np.asarray(overflow)):
+        warnings.warn(
+            f"{kernel}: all max_states={capacity} state slots were occupied in a sweep, so no new state "
+            "could be instantiated there (the draw is from the model truncated at max_states); "
+            "increase max_states. The `overflow` field (extra_fields=('overflow',)) marks those sweeps.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _close(a, b) -> bool:
@@ -261,18 +284,34 @@ class HDPKernel(MCMCKernel):
             batched=len(fn.batch_shape) == 2,
         )
 
-    def _hyper_values(self, model_args, model_kwargs, values, probed=()):
-        """``(gamma, alpha, kappa)`` of the model with ``values`` substituted, and the
-        distribution arguments of every other site (all but beta, trans and ``probed``)."""
+    def _hyper_values(self, model_args, model_kwargs, values, probed=(), emission_probe=False):
+        """``(gamma, alpha, kappa, sigma)`` of the model with ``values`` substituted (``sigma``: the
+        concentration of a :class:`~numpyro_hdphmm.emissions.DPMixture` emission, NaN for other
+        families), and the distribution arguments of every other site (all but beta, trans and
+        ``probed``; with ``emission_probe`` also leaving out the mixture-weights site and the
+        mixture's concentration, the two places ``sigma`` legitimately enters)."""
+        from numpyro_hdphmm.emissions.dp_mixture import DPMixture
+
         sites = self._sites
         tr = handlers.trace(
             handlers.substitute(handlers.seed(conditioned(self._inference_model), 0), data=values)
         ).get_trace(*model_args, **model_kwargs)
-        hyper = (tr[sites.beta]["fn"].concentration, tr[sites.trans]["fn"].alpha, tr[sites.trans]["fn"].kappa)
+        emission = tr[sites.obs]["fn"].emission
+        is_dp = isinstance(emission, DPMixture)
+        sigma = emission.concentration if is_dp else np.nan
+        hyper = (tr[sites.beta]["fn"].concentration, tr[sites.trans]["fn"].alpha, tr[sites.trans]["fn"].kappa, sigma)
+        skip = {sites.beta, sites.trans, *probed}
+        if emission_probe and is_dp:
+            skip.add(sites.emission[sites.param_names.index("weights")])
         others = []
         for site_name, site in tr.items():
-            if site["type"] == "sample" and site_name not in (sites.beta, sites.trans, *probed):
-                others.extend(jax.tree_util.tree_leaves(site["fn"]))
+            if site["type"] != "sample" or site_name in skip:
+                continue
+            fn = site["fn"]
+            if emission_probe and is_dp and site_name == sites.obs:
+                others.extend(jax.tree_util.tree_leaves((fn.emission.base, fn.params, fn.states, fn.lengths)))
+            else:
+                others.extend(jax.tree_util.tree_leaves(fn))
         return hyper, others
 
     def _recognize(self, model_trace, latent, model_args, model_kwargs) -> HyperUpdates:
@@ -297,7 +336,7 @@ class HDPKernel(MCMCKernel):
         probes, results = [], []
         with jax.ensure_compile_time_eval():
             # a concrete prototype (the kernel's own trace may hold tracers under vmap/pmap)
-            concrete = prototype_trace(conditioned(self._inference_model), jax.random.key(0), model_args, model_kwargs)
+            concrete = _prior_trace(conditioned(self._inference_model), jax.random.key(0), model_args, model_kwargs)
             fixed = {s: concrete[s]["value"] for s in latent if s not in candidates}
             for _ in range(3):
                 probe = {
@@ -313,18 +352,21 @@ class HDPKernel(MCMCKernel):
                 probes.append(probe)
                 results.append([np.asarray(h) for h in hyper])
 
-        def matches(index, site, transform=lambda g, a, k: (g, a, k)):
+        def matches(index, site, transform=lambda g, a, k, s: (g, a, k, s)):
             return all(_close(transform(*res)[index], pr[site]) for res, pr in zip(results, probes))
 
-        def feeds_nothing_else(site_names):
-            """Changing only these sites leaves every other site's distribution unchanged."""
+        def feeds_nothing_else(site_names, emission_probe=False):
+            """Changing only these sites leaves every other site's distribution unchanged (for the
+            emission concentration: also gamma, alpha and kappa)."""
             base = {**fixed, **probes[0]}
             alt = dict(base)
             for s in site_names:
                 alt[s] = probes[1][s]
             with jax.ensure_compile_time_eval():
-                _, a = self._hyper_values(model_args, model_kwargs, base, site_names)
-                _, b = self._hyper_values(model_args, model_kwargs, alt, site_names)
+                ha, a = self._hyper_values(model_args, model_kwargs, base, site_names, emission_probe)
+                hb, b = self._hyper_values(model_args, model_kwargs, alt, site_names, emission_probe)
+            if emission_probe:
+                a, b = [*a, *ha[:3]], [*b, *hb[:3]]
             if len(a) != len(b) or not all(_is_constant(x) and _is_constant(y) for x, y in zip(a, b)):
                 return False
             return all(np.shape(x) == np.shape(y) and _close(x, y) for x, y in zip(a, b))
@@ -335,17 +377,26 @@ class HDPKernel(MCMCKernel):
         const = lambda i: all(_close(results[0][i], r[i]) for r in results)
         alpha_site = next((s for s in gammas if s != gamma_site and matches(1, s)), None)
         kappa_site = next((s for s in gammas if s not in (gamma_site, alpha_site) and matches(2, s)), None)
-        hyper = HyperUpdates(gamma=gamma_site)
+        # only kernels that pass the prior to the emission's update (class attribute
+        # ``updates_emission_concentration = True``) own the site; elsewhere the inner kernel updates it
+        sigma_site = next(
+            (s for s in gammas if getattr(type(self), "updates_emission_concentration", False)
+             and s not in (gamma_site, alpha_site, kappa_site) and matches(3, s)
+             and feeds_nothing_else([s], emission_probe=True)),
+            None,
+        )
+        hyper = HyperUpdates(gamma=gamma_site, emission_concentration=sigma_site)
         a_ok = alpha_site is not None or const(1)
         k_ok = kappa_site is not None or const(2)
         pair = [s for s in (alpha_site, kappa_site) if s is not None]
         if a_ok and k_ok and pair and feeds_nothing_else(pair):
             return hyper._replace(concentration="independent", alpha=alpha_site, kappa=kappa_site)
         c_site = next(
-            (s for s in gammas if s != gamma_site and matches(1, s, lambda g, a, k: (g, a + k, k))), None
+            (s for s in gammas if s not in (gamma_site, sigma_site) and matches(1, s, lambda g, a, k, _: (g, a + k, k, _))),
+            None,
         )
         rho_site = next(
-            (s for s in betas if matches(2, s, lambda g, a, k: (g, a, k / (a + k)))), None
+            (s for s in betas if matches(2, s, lambda g, a, k, _: (g, a, k / (a + k), _))), None
         )
         if c_site is not None and rho_site is not None and feeds_nothing_else([c_site, rho_site]):
             return hyper._replace(concentration="c_rho", c=c_site, rho=rho_site)
@@ -385,19 +436,24 @@ class HDPKernel(MCMCKernel):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         if not is_prng_key(rng_key):  # vectorized chains: a batch of keys
             init_one = lambda key, params: self._init_one(key, num_warmup, params, model_args, model_kwargs)
-            state = jax.vmap(init_one)(rng_key, init_params)
+            # compiled as one program: run eagerly, every (batched) operation would be compiled on
+            # its own (hundreds of small compilations)
+            state = jax.jit(jax.vmap(init_one))(rng_key, init_params)
             self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))
             return state
-        state = self._init_one(rng_key, num_warmup, init_params, model_args, model_kwargs)
+        init_one = lambda key, params: self._init_one(key, num_warmup, params, model_args, model_kwargs)
+        state = jax.jit(init_one)(rng_key, init_params)
         self._sample_fn = self._sample_one
         return state
 
     def sample(self, state, model_args, model_kwargs):
-        return self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
+        state = self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
+        jax.debug.callback(_warn_overflow, state.overflow, self._sites.num_states, type(self).__name__)
+        return state
 
     def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         key_trace, key_own, key_inner, key_state = random.split(rng_key, 4)
-        model_trace = prototype_trace(conditioned(self._inference_model), key_trace, model_args, model_kwargs)
+        model_trace = _prior_trace(conditioned(self._inference_model), key_trace, model_args, model_kwargs)
         self._sites = self._discover(model_trace)
         latent = latent_sample_sites(model_trace)
         self._hyper = self._recognize(model_trace, latent, model_args, model_kwargs)

@@ -7,7 +7,10 @@ over ``L = max_states`` states (Fox et al. eqs. 38-41; Ishwaran & Zarepour 2002)
 1. ``z | pi, theta, y``: forward filtering, backward sampling over the ``L`` states
    (:func:`numpyro_hdphmm._core.hmm.hmm_posterior_sample`; eqs. 43-48 in log space), all
    sequences at once;
-2. ``theta_k | z, y``: the conjugate posterior of each state (eq. 42);
+2. ``theta_k | z, y``: the conjugate posterior of each state (eq. 42), through the family's
+   ``update_parameters`` (for :class:`~numpyro_hdphmm.emissions.DPMixture` emissions: component
+   indicators ``s | z``, the concentration ``sigma`` when a site carries it, ``psi`` and the
+   component parameters, Alg. 4 and eqs. 65-66);
 3. ``m, w, mbar | z, beta, alpha, kappa``: tables, overrides, informative tables with the rows
    integrated out (Alg. 1 step 3, eqs. 31-35);
 4. exact auxiliary-variable updates of the recognized hyperparameter sites given the tables
@@ -25,7 +28,7 @@ then the rows from their full conditional, which leaves the joint posterior inva
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -68,27 +71,31 @@ def weak_limit(model):
 
 class WeakLimitInfo(NamedTuple):
     """Per-sweep quantities of :func:`weak_limit_sweep`: transition counts ``n (L, L)``, start
-    counts ``first (L,)``, the tables and whether the FFBS draw was used."""
+    counts ``first (L,)``, the tables, whether the FFBS draw was used, and the emission family's
+    concentration after the sweep (``None`` for families without one)."""
 
     n: jax.Array
     first: jax.Array
     tables: crp.TableCounts
     ffbs_ok: jax.Array
+    emission_concentration: Any = None
 
 
 def _flatten_time(x):
     return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
 
 
-def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hyper_update):
+def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hyper_update, concentration_prior=None):
     """One sweep of Fox et al. Alg. 2 (steps 1-6 of the module docstring); pure and jittable.
 
     ``states (N, T)`` the current states, ``beta (L+1,)``, ``trans (L+1, L+1)`` (start row
     last), ``params`` (leading axis ``L``), ``view`` the model at the current values (the FFBS
     keeps ``states`` in the rare sweep where its rescaled pass underflows, see
     :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`); ``hyper_update(key, tables, n, first) ->
-    (gamma, alpha, kappa, site_values)``.  Returns ``(states (N, T), beta, trans, params,
-    site_values, WeakLimitInfo)``.
+    (gamma, alpha, kappa, site_values)``; ``concentration_prior``: ``(shape, rate)`` of the Gamma
+    prior of the emission's own concentration (DP-mixture emissions), passed to its
+    ``update_parameters``.  Returns ``(states (N, T), beta, trans, params, site_values,
+    WeakLimitInfo)``.
     """
     num_states = beta.shape[0] - 1
     k_z, k_theta, k_tables, k_hyper, k_beta, k_pi = random.split(rng_key, 6)
@@ -102,8 +109,9 @@ def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hype
     states = jnp.where(ffbs_ok, new_states, states)
     # 2. emission parameters from their conjugate posteriors
     weights = state_weights(states, view.valid, num_states, dtype=log_lik.dtype)
-    stats = emission.sufficient_statistics(_flatten_time(view.x), weights.reshape(-1, num_states))
-    params = emission.sample_posterior(k_theta, stats)
+    params, emission_conc = emission.update_parameters(
+        k_theta, _flatten_time(view.x), weights.reshape(-1, num_states), params, concentration_prior
+    )
     # 3. tables, overrides, informative tables (rows integrated out)
     n, first = crp.transition_counts(states, num_states, view.lengths)
     max_total = states.shape[0] * states.shape[1]
@@ -120,7 +128,8 @@ def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hype
     sticky = jnp.eye(num_states + 1, dtype=log_lik.dtype).at[num_states, num_states].set(0.0)
     conc = alpha * beta[None, :] + kappa * sticky + counts
     trans = sample_dirichlet(k_pi, conc)
-    return states, beta, trans, params, site_values, WeakLimitInfo(n=n, first=first, tables=tables, ffbs_ok=ffbs_ok)
+    info = WeakLimitInfo(n=n, first=first, tables=tables, ffbs_ok=ffbs_ok, emission_concentration=emission_conc)
+    return states, beta, trans, params, site_values, info
 
 
 class WeakLimitGibbs(HDPKernel):
@@ -141,6 +150,9 @@ class WeakLimitGibbs(HDPKernel):
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
     """
+
+    #: the sweep gives a DP-mixture emission's concentration site its exact update (base class)
+    updates_emission_concentration = True
 
     @property
     def _inference_model(self):
@@ -170,10 +182,14 @@ class WeakLimitGibbs(HDPKernel):
                 key, view, tables, n, first, lambda k, g, a, b: gamma_update(k, g, a, b, mbar_dishes)
             )
 
+        conc_site = self._hyper.emission_concentration
+        conc_prior = None if conc_site is None else self._prior_params(view, conc_site)
         current = z[sites.states] if sites.batched else z[sites.states][None]
-        states, beta, trans, params, site_values, _ = weak_limit_sweep(
-            rng_key, current, z[sites.beta], z[sites.trans], params, view, hyper_update
+        states, beta, trans, params, site_values, info = weak_limit_sweep(
+            rng_key, current, z[sites.beta], z[sites.trans], params, view, hyper_update, conc_prior
         )
+        if conc_site is not None:
+            site_values = {**site_values, conc_site: info.emission_concentration}
         owned = {
             sites.beta: beta,
             sites.trans: trans,

@@ -1,0 +1,498 @@
+r"""Beam sampling of the infinite (sticky) HDP-HMM: Van Gael, Saatci, Teh & Ghahramani (2008).
+
+The beam sampler samples the model AS WRITTEN, ``beta ~ GEM(gamma)``: ``K = max_states`` is only
+a capacity.  The sampler represents ``k <= K`` instantiated states (slots) and the remaining
+mass of all the others: ``beta = (beta_1, ..., beta_K, beta_rem)`` with ``beta_k = 0`` in free
+slots, and rows ``pi_j = (pi_j1, ..., pi_jK, pi_j,rem)`` (the model's ``{name}_trans``, start
+row last).  Free slots hold draws from the prior (their rows ``Dir(alpha beta + kappa e_j)``,
+their emission parameters from ``H``), which the sweep never reads.  One sweep (Van Gael et al.
+Sec. 3, with Fox et al.'s sticky prior):
+
+1. slices ``u_t ~ U(0, pi_{z_{t-1} z_t})`` for every valid step of every sequence (the first
+   step uses the start row), drawn in log space (Van Gael et al. Sec. 3, the auxiliary variable step);
+2. while an instantiated row (or the start row) gives its remainder more mass than the
+   smallest slice it must respect, break the stick (Van Gael et al. Sec. 3; the stick-breaking
+   construction, Teh et al. 2006 eq. 9 / Fox et al. eq. 2): ``b ~ Beta(1, gamma)``,
+   ``beta_new = b beta_rem``, ``beta_rem <- (1 - b) beta_rem``; every instantiated row and the
+   start row split their remainder ``pi_{j,new} = v_j pi_{j,rem}``,
+   ``pi_{j,rem} <- (1 - v_j) pi_{j,rem}`` with ``v_j ~ Beta(alpha beta_new, alpha beta_rem)``
+   (the Dirichlet aggregation property of ``pi_j ~ Dir(alpha beta + kappa e_j + n_j)``: for
+   ``j != new`` no ``kappa`` and no count falls on the new column); the new state's row is drawn
+   from its prior ``Dir(alpha beta + kappa e_new)`` over the instantiated states and the rest
+   (Fox et al. eq. 26) and its emission parameters from ``H``.  A bounded ``lax.while_loop``:
+   when the capacity is exhausted while still needed, the sweep continues truncated and the
+   ``overflow`` flag is raised (the base class collects it);
+3. states by forward filtering, backward sampling over the instantiated states with the
+   time-varying 0/1 transitions ``1[pi_jk > u_t]`` (Van Gael et al. Sec. 3, the forward recursion
+   ``p(z_t | y_{1:t}, u_{1:t}) ∝ p(y_t | z_t) sum_{z_{t-1}} 1[u_t < pi_{z_{t-1} z_t}]
+   p(z_{t-1} | y_{1:t-1}, u_{1:t-1})``), see :func:`slice_ffbs`;
+4. compaction: unused states are dropped (their ``beta`` mass joins ``beta_rem``) and the used
+   ones relabelled by first appearance (sequence by sequence, in time order);
+5. emission parameters from their conjugate posteriors
+   (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.update_parameters`); free slots get
+   prior draws;
+6. tables ``m, w, mbar`` with the rows integrated out (Fox et al. Alg. 1 step 3), the exact
+   auxiliary-variable updates of the recognized hyperparameter sites with the infinite-model
+   ``gamma`` update (Fox et al. eq. 56 / Escobar & West: ``Kbar`` dishes with informative
+   tables, ``mbar..`` informative tables), ``(beta_1..beta_K, beta_rem) | mbar ~
+   Dir(mbar_.1, ..., mbar_.K, gamma)`` (Teh et al. 2006 eq. 37; Fox et al. eq. 36) and the rows
+   ``pi_j ~ Dir(alpha beta + kappa e_j + n_j.)``, start row ``Dir(alpha beta + n_0.)`` over
+   (slots, rest) (Fox et al. eq. 37).
+
+Steps 1-3 are Gibbs updates of the slice-augmented model (``u`` and the extra sticks are
+auxiliary); step 4 is a change of representation (it marginalizes the unused atoms); steps 5-6
+draw ``(theta, tables, hyperparameters, beta)`` and then the rows from their conditionals
+given the states.  Then the base class's inner kernel (NUTS) updates every other latent site.
+
+The FFBS is written here rather than taken from :mod:`numpyro_hdphmm._core.hmm`: with 0/1
+transitions the rescaled pass of :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`
+exponentiates the emissions before it knows which states are reachable and underflows (and
+then refuses the draw) whenever the best reachable state is ~44 nats (float32) worse than the
+best instantiated one, which is common away from the posterior mode; the pass here combines the
+reachable mass with the emissions in log space, builds ``1[pi > u_t]`` inside the scan (no
+``(T, K, K)`` tensor) and is tested against the core routines.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax, random
+
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm.distributions import GEM
+from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView
+
+__all__ = ["BeamSampler", "BeamInfo", "beam_sweep", "slice_ffbs", "compact_states"]
+
+
+class BeamInfo(NamedTuple):
+    """Per-sweep statistics of the beam sampler (kept in ``HDPState.aux``):
+    ``num_instantiated`` states the FFBS ran over (after the stick extension) and ``ffbs_ok``
+    (False when some sequence's forward pass found no admissible path and kept its states)."""
+
+    num_instantiated: jax.Array
+    ffbs_ok: jax.Array
+
+
+def _flatten_time(x):
+    return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
+
+
+def log_gamma_variates(rng_key, shape_param):
+    r"""``log G`` with ``G ~ Gamma(a, 1)`` elementwise, ``a > 0`` of any shape.
+
+    Marsaglia & Tsang (2000), "A simple method for generating gamma variables", ACM TOMS 26(3):
+    with ``d = a - 1/3``, ``c = 1/sqrt(9 d)``, ``x ~ N(0, 1)``, ``v = (1 + c x)^3``, accept ``d v``
+    when ``v > 0`` and ``log U < x^2/2 + d - d v + d log v``; for ``a < 1`` the boost
+    ``G = G' U^{1/a}``, ``G' ~ Gamma(a + 1)`` (their Sec. 6), applied in log space so that tiny
+    ``a`` (``1e-30``) gives finite logs.  Exact.  The rejection rounds run over the whole array
+    at once (each round redraws every still-rejected entry; acceptance >= 95% per entry), which
+    on CPU is several times faster than :func:`jax.random.loggamma`'s per-element loops (the
+    sweep draws ``(K+1)^2`` variates for the rows alone).
+    """
+    a = jnp.asarray(shape_param)
+    dtype = a.dtype
+    tiny = jnp.finfo(dtype).tiny
+    k_boost, k_loop = random.split(rng_key)
+    boost = a < 1.0
+    a1 = jnp.where(boost, a + 1.0, a)
+    d = a1 - 1.0 / 3.0
+    c = 1.0 / jnp.sqrt(9.0 * d)
+
+    def cond(carry):
+        return ~jnp.all(carry[1])
+
+    def body(carry):
+        value, done, i = carry
+        k_n, k_u = random.split(random.fold_in(k_loop, i))
+        x = random.normal(k_n, a.shape, dtype)
+        log_u = jnp.log(random.uniform(k_u, a.shape, dtype, minval=tiny))
+        v = (1.0 + c * x) ** 3
+        log_v = jnp.log(jnp.where(v > 0, v, 1.0))
+        accept = (v > 0) & (log_u < 0.5 * x * x + d - d * v + d * log_v)
+        value = jnp.where(done, value, jnp.log(d) + log_v)
+        return value, done | accept, i + 1
+
+    value, _, _ = lax.while_loop(cond, body, (jnp.zeros(a.shape, dtype), jnp.zeros(a.shape, bool), 0))
+    log_u = jnp.log(random.uniform(k_boost, a.shape, dtype, minval=tiny))
+    return jnp.where(boost, value + log_u / jnp.where(boost, a, 1.0), value)
+
+
+def _dirichlet(rng_key, concentration):
+    """Dirichlet draws along the last axis (zero concentration: a point mass at 0), from
+    :func:`log_gamma_variates`; same contract as :func:`numpyro_hdphmm.distributions.sample_dirichlet`."""
+    positive = concentration > 0
+    log_g = jnp.where(positive, log_gamma_variates(rng_key, jnp.where(positive, concentration, 1.0)), -jnp.inf)
+    return jnp.exp(log_g - jax.nn.logsumexp(log_g, -1, keepdims=True))
+
+
+# ------------------------------------------------------------------------------------ slices
+def draw_slices(rng_key, states, trans, lengths):
+    """``log u_t``, ``u_t ~ U(0, pi_{z_{t-1} z_t})`` (start row for ``t = 0``): ``(N, T)``.
+
+    Drawn as ``log pi + log U`` with ``U`` uniform on ``[tiny, 1)``, so that ``u_t < pi`` holds
+    strictly (the current path stays admissible) and nothing underflows.  Padded steps get
+    ``+inf`` (they constrain nothing)."""
+    num_states = trans.shape[0] - 1
+    num_seq, num_steps = states.shape
+    dtype = trans.dtype
+    prev = jnp.concatenate([jnp.full((num_seq, 1), num_states, states.dtype), states[:, :-1]], 1)
+    log_path = jnp.log(trans[prev, states])
+    log_unif = jnp.log(random.uniform(rng_key, (num_seq, num_steps), dtype, minval=jnp.finfo(dtype).tiny))
+    valid = jnp.arange(num_steps) < lengths[:, None]
+    return jnp.where(valid, log_path + log_unif, jnp.inf)
+
+
+# ------------------------------------------------------------------------- stick extension
+class _Extension(NamedTuple):
+    inst: jax.Array
+    beta: jax.Array
+    trans: jax.Array
+    params: dict
+    count: jax.Array
+
+
+def extend_sticks(rng_key, inst, beta, trans, params, prior_params, log_u, gamma, alpha, kappa):
+    r"""Instantiate states until no remainder can pass a slice (step 2 of the module docstring).
+
+    ``inst (K,)`` instantiated slots, ``beta (K+1,)``, ``trans (K+1, K+1)`` (start row last,
+    remainder column last), ``params`` (leading axis ``K``), ``prior_params`` fresh draws from
+    ``H`` for every slot, ``log_u (N, T)`` from :func:`draw_slices`.  A new state goes to the
+    first free slot.  Returns ``(inst, beta, trans, params, overflow)``; ``overflow`` is True
+    when the capacity ran out while a remainder still exceeded a slice.
+    """
+    num_states = beta.shape[0] - 1
+    dtype = beta.dtype
+    slot = jnp.arange(num_states)
+    log_u_start = jnp.min(log_u[:, 0])
+    log_u_trans = jnp.min(log_u[:, 1:]) if log_u.shape[1] > 1 else jnp.asarray(jnp.inf, dtype)
+
+    def needed(ext: _Extension):
+        log_rem = jnp.log(ext.trans[:, num_states])
+        rows = jnp.any(ext.inst & (log_rem[:num_states] > log_u_trans))
+        return rows | (log_rem[num_states] > log_u_start)
+
+    def cond(ext: _Extension):
+        return needed(ext) & jnp.any(~ext.inst)
+
+    def body(ext: _Extension):
+        key = random.fold_in(rng_key, ext.count)
+        k_b, k_g = random.split(key)
+        k = jnp.argmax(~ext.inst)  # first free slot
+        rem = ext.beta[num_states]
+        # b ~ Beta(1, gamma): 1 - b = U^{1/gamma}
+        log_1mb = jnp.log(random.uniform(k_b, (), dtype, minval=jnp.finfo(dtype).tiny)) / gamma
+        beta_k = rem * -jnp.expm1(log_1mb)
+        rem_new = rem * jnp.exp(log_1mb)
+        beta = ext.beta.at[k].set(beta_k).at[num_states].set(rem_new)
+        inst = ext.inst.at[k].set(True)
+        rows = jnp.concatenate([ext.inst, jnp.ones((1,), bool)])  # instantiated rows and the start row
+        # one batch of Gamma variates: v_j ~ Beta(alpha beta_k, alpha beta_rem_new) for the row splits
+        # (no kappa: j != k) and the new row ~ Dir(alpha beta + kappa e_k) over (slots, rest)
+        row_conc = alpha * jnp.where(jnp.concatenate([inst, jnp.ones((1,), bool)]), beta, 0.0)
+        row_conc = row_conc + kappa * (jnp.arange(num_states + 1) == k).astype(dtype)
+        conc = jnp.stack([jnp.broadcast_to(alpha * beta_k, row_conc.shape),
+                          jnp.broadcast_to(alpha * rem_new, row_conc.shape), row_conc])
+        positive = conc > 0
+        log_g = jnp.where(positive, log_gamma_variates(k_g, jnp.where(positive, conc, 1.0)), -jnp.inf)
+        log_vsum = jnp.logaddexp(log_g[0], log_g[1])
+        rem_col = ext.trans[:, num_states]
+        trans = ext.trans.at[:, k].set(jnp.where(rows, rem_col * jnp.exp(log_g[0] - log_vsum), ext.trans[:, k]))
+        trans = trans.at[:, num_states].set(jnp.where(rows, rem_col * jnp.exp(log_g[1] - log_vsum), rem_col))
+        trans = trans.at[k].set(jnp.exp(log_g[2] - jax.nn.logsumexp(log_g[2])))
+        params = jax.tree_util.tree_map(lambda p, q: jnp.where((slot == k).reshape((-1,) + (1,) * (p.ndim - 1)), q, p),
+                                        ext.params, prior_params)
+        return _Extension(inst, beta, trans, params, ext.count + 1)
+
+    ext = lax.while_loop(cond, body, _Extension(inst, beta, trans, params, jnp.zeros((), jnp.int32)))
+    return ext.inst, ext.beta, ext.trans, ext.params, needed(ext)
+
+
+# ------------------------------------------------------------------------------------ FFBS
+def _inverse_cdf(weights, u):
+    """Index drawn with probabilities proportional to ``weights >= 0`` (``u`` uniform on
+    ``(0, 1]``); zero-weight entries are never chosen.  Also returns whether the total is 0."""
+    cs = jnp.cumsum(weights)
+    index = jnp.minimum(jnp.sum(cs < u * cs[-1]), weights.shape[-1] - 1).astype(jnp.int32)
+    return index, cs[-1] <= 0
+
+
+def _slice_ffbs_single(key, log_pi, log_u, inst, log_lik, obs, length):
+    num_steps, num_states = log_lik.shape
+    dtype = log_lik.dtype
+    steps = jnp.arange(num_steps)
+    valid = steps < length
+    lem = jnp.where((obs & valid)[:, None], log_lik, 0.0)
+    lem = jnp.where(inst[None, :], lem, -jnp.inf)
+    trans_kk = log_pi[:num_states, :num_states]
+
+    def combine(reach, lem_t):
+        # emissions exponentiated relative to the best REACHABLE state, so that the step's
+        # normalizer cannot underflow however much better an unreachable state fits
+        m = jnp.max(jnp.where(reach > 0, lem_t, -jnp.inf))
+        b = jnp.where(reach > 0, reach * jnp.exp(lem_t - m), 0.0)
+        c = jnp.sum(b)
+        return b / c, jnp.log(c) + m
+
+    reach0 = (inst & (log_pi[num_states, :num_states] > log_u[0])).astype(dtype)
+    a0, c0 = combine(reach0, lem[0])
+
+    def forward(a_prev, inp):
+        # alpha_t(j) ∝ e_t(j) sum_i alpha_{t-1}(i) 1[pi_ij > u_t]   (Van Gael et al. Sec. 3)
+        lu, lem_t, v_t = inp
+        reach = jnp.sum(jnp.where(trans_kk > lu, a_prev[:, None], 0.0), 0)
+        a, c = combine(reach, lem_t)
+        a = jnp.where(v_t, a, a_prev)
+        return a, (a, jnp.where(v_t, c, 0.0))
+
+    _, (alphas, cs) = lax.scan(forward, a0, (log_u[1:], lem[1:], valid[1:]))
+    filtered = jnp.concatenate([a0[None], alphas], 0)
+    log_norm = jnp.concatenate([c0[None], cs])
+    # backward sampling: p(z_t = i | z_{t+1} = j, ...) ∝ alpha_t(i) 1[pi_ij > u_{t+1}]
+    unif = 1.0 - random.uniform(key, (num_steps,), dtype)  # (0, 1]
+    next_u = jnp.concatenate([log_u[1:], jnp.full((1,), jnp.inf, dtype)])
+
+    def backward(carry, inp):
+        z_next, dead = carry
+        t, a_t, lu_next, u = inp
+        w = jnp.where(t + 1 < length, jnp.where(trans_kk[:, z_next] > lu_next, a_t, 0.0), a_t)
+        z, empty = _inverse_cdf(w, u)
+        return (z, dead | (empty & (t < length))), z
+
+    (_, dead), zs = lax.scan(backward, (jnp.zeros((), jnp.int32), jnp.zeros((), bool)),
+                             (steps, filtered, next_u, unif), reverse=True)
+    ok = jnp.all(jnp.isfinite(log_norm)) & ~dead
+    last = zs[jnp.maximum(length - 1, 0)]
+    states = jnp.where(valid, zs, last)
+    return states, jnp.sum(log_norm), ok
+
+
+def slice_ffbs(rng_key, log_pi, log_u, inst, log_lik, obs, lengths):
+    r"""Forward filtering, backward sampling under the slice constraints (Van Gael et al. Sec. 3).
+
+    ``log_pi (K+1, K+1)`` log transition matrix (start row last, remainder column ignored),
+    ``log_u (N, T)`` log slices, ``inst (K,)`` instantiated states, ``log_lik (N, T, K)``,
+    ``obs (N, T)`` (False: emission dropped), ``lengths (N,)`` (steps ``t >= length`` are
+    padding: no transition, no emission; their states copy the last valid one).
+
+    The transition into step ``t`` is ``1[log pi_ij > log u_t]``, built inside the scan.  The
+    forward pass keeps ``alpha_t`` normalized in probability space; each step sums the
+    reachable mass and multiplies by the emissions exponentiated relative to the best
+    reachable state, so emission spreads of any size are exact (filtered probabilities below
+    ``~1e-38`` (float32) of the total are flushed to zero; a path that needs one of them is
+    reported through ``ok``).
+    Returns ``(states (N, T) int32, log_mass (N,), ok (N,))``: ``log_mass`` is the log of
+    ``sum_z 1[u_0 < pi_{0 z_0}] prod_t 1[u_t < pi_{z_{t-1} z_t}] prod_t f(y_t | z_t)``; ``ok`` is
+    False when a sequence has no admissible path left (its ``states`` are then meaningless).
+    """
+    keys = random.split(rng_key, log_lik.shape[0])
+    return jax.vmap(_slice_ffbs_single, in_axes=(0, None, 0, None, 0, 0, 0))(
+        keys, log_pi, log_u, inst, log_lik, obs, lengths
+    )
+
+
+# ------------------------------------------------------------------------------ compaction
+def compact_states(states, lengths, num_states: int):
+    """Relabel the used states ``0..k-1`` by first appearance (sequence by sequence, in time).
+
+    Returns ``(states, new_to_old (K,), num_used)``: ``new_to_old[i]`` is the old label of new
+    label ``i`` (used states first, then the unused slots in their old order)."""
+    num_seq, num_steps = states.shape
+    big = num_seq * num_steps
+    pos = jnp.arange(big).reshape(num_seq, num_steps)
+    valid = jnp.arange(num_steps) < lengths[:, None]
+    first = jnp.full((num_states,), big, jnp.int32).at[states.reshape(-1)].min(
+        jnp.where(valid, pos, big).reshape(-1).astype(jnp.int32))
+    new_to_old = jnp.argsort(first, stable=True).astype(jnp.int32)
+    old_to_new = jnp.zeros((num_states,), jnp.int32).at[new_to_old].set(jnp.arange(num_states, dtype=jnp.int32))
+    num_used = jnp.sum(first < big).astype(jnp.int32)
+    return old_to_new[states], new_to_old, num_used
+
+
+def given_states(rng_key, states, beta, params, view: ModelView, hyper_update, concentration=None):
+    """Steps 4-6 of the module docstring: compaction, emission parameters, tables,
+    hyperparameters, ``beta`` and the rows given the states ``(N, T)``.  ``hyper_update(key,
+    tables, n, first, mbar_dishes) -> (gamma, alpha, kappa, site_values)``; ``concentration``:
+    ``(site, (shape, rate))`` of a recognized Gamma-prior site of the emission's own concentration
+    (DP-mixture emissions), updated with the emission parameters, or ``None``.  Returns
+    ``(states, beta, trans, params, site_values)``."""
+    num_states = beta.shape[0] - 1
+    dtype = beta.dtype
+    k_theta, k_tables, k_hyper, k_beta, k_pi = random.split(rng_key, 5)
+    # 4. compaction: unused states' mass joins the remainder
+    states, new_to_old, num_used = compact_states(states, view.lengths, num_states)
+    keep = jnp.arange(num_states) < num_used
+    head = jnp.where(keep, beta[new_to_old], 0.0)
+    beta = jnp.concatenate([head, jnp.maximum(1.0 - jnp.sum(head), 0.0)[None]])
+    params = jax.tree_util.tree_map(lambda p: p[new_to_old], params)
+    # 5. emission parameters (free slots: no data, a draw from the prior)
+    weights = state_weights(states, view.valid, num_states, dtype=dtype)
+    conc_prior = None if concentration is None else concentration[1]
+    params, sigma = view.emission.update_parameters(
+        k_theta, _flatten_time(view.x), weights.reshape(-1, num_states), params, conc_prior
+    )
+    # 6. tables (rows integrated out), hyperparameters, beta, rows
+    n, first = crp.transition_counts(states, num_states, view.lengths)
+    tables = crp.sample_table_counts(k_tables, n, first, beta, view.alpha, view.kappa, states.size)
+    mbar_dishes = jnp.sum(tables.mbar, 0)
+    gamma, alpha, kappa, site_values = hyper_update(k_hyper, tables, n, first, mbar_dishes)
+    if concentration is not None:
+        site_values = {**site_values, concentration[0]: sigma}
+    # (beta_1..K, beta_rem) | mbar ~ Dir(mbar_.1, ..., mbar_.K, gamma): free slots get exactly 0
+    beta = _dirichlet(k_beta, jnp.concatenate([mbar_dishes.astype(dtype), jnp.asarray(gamma, dtype)[None]]))
+    counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
+    counts = counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
+    sticky = jnp.eye(num_states + 1, dtype=dtype).at[num_states, num_states].set(0.0)
+    trans = _dirichlet(k_pi, alpha * beta[None, :] + kappa * sticky + counts)
+    return states, beta, trans, params, site_values
+
+
+@jax.jit
+def _initial_values(rng_key, states, params, view):
+    """A valid starting point given initial states ``(N, T)``: the states compacted, ``beta``
+    the mean of ``Dir(1, ..., 1, gamma)`` over (used states, rest), the rows the means of their
+    conditionals ``Dir(alpha beta + kappa e_j + n_j.)`` (so every transition of the initial
+    path has positive probability) and the emission parameters drawn from their conditionals.
+    Cheap on purpose (it is compiled once per model at ``init``)."""
+    num_states = jax.tree_util.tree_leaves(params)[0].shape[0]
+    dtype = jnp.result_type(view.alpha, float)
+    states, new_to_old, num_used = compact_states(states, view.lengths, num_states)
+    params = jax.tree_util.tree_map(lambda p: p[new_to_old], params)
+    weights = state_weights(states, view.valid, num_states, dtype=dtype)
+    params, _ = view.emission.update_parameters(rng_key, _flatten_time(view.x), weights.reshape(-1, num_states), params)
+    total = num_used + view.gamma
+    head = jnp.where(jnp.arange(num_states) < num_used, 1.0 / total, 0.0)
+    beta = jnp.concatenate([head, (view.gamma / total)[None]]).astype(dtype)
+    n, first = crp.transition_counts(states, num_states, view.lengths)
+    counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
+    counts = counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
+    sticky = jnp.eye(num_states + 1, dtype=dtype).at[num_states, num_states].set(0.0)
+    conc = view.alpha * beta[None, :] + view.kappa * sticky + counts
+    trans = conc / jnp.sum(conc, -1, keepdims=True)
+    return states, beta, trans, params, num_used
+
+
+def beam_sweep(rng_key, states, beta, trans, params, view: ModelView, hyper_update, concentration=None):
+    """One beam-sampler sweep (steps 1-6 of the module docstring); pure and jittable.
+
+    ``states (N, T)``, ``beta (K+1,)``, ``trans (K+1, K+1)``, ``params`` (leading axis ``K``),
+    ``view`` the model at the current values, ``hyper_update`` as in :func:`given_states`.
+    Returns ``(states, beta, trans, params, site_values, overflow, BeamInfo)``.
+    """
+    num_states = beta.shape[0] - 1
+    k_u, k_ext, k_prior, k_z, k_rest = random.split(rng_key, 5)
+    num_seq, num_steps = states.shape
+    valid_len = jnp.arange(num_steps) < view.lengths[:, None]
+    used = jnp.zeros((num_states,), bool).at[states.reshape(-1)].max(valid_len.reshape(-1))
+    inst = used | (beta[:num_states] > 0)
+    # 1. slices
+    log_u = draw_slices(k_u, states, trans, view.lengths)
+    # 2. stick extension up to the capacity
+    prior_params = view.emission.sample_parameters(k_prior, (num_states,))
+    prior_params = {p: prior_params[p] for p in params}
+    inst, beta, trans, params, overflow = extend_sticks(
+        k_ext, inst, beta, trans, params, prior_params, log_u, view.gamma, view.alpha, view.kappa
+    )
+    # 3. FFBS over the instantiated states with 0/1 transitions 1[pi > u_t]
+    log_lik = jax.vmap(view.emission.log_likelihoods, in_axes=(0, None))(view.x, params)
+    new_states, _, ok = slice_ffbs(k_z, jnp.log(trans), log_u, inst, log_lik, view.valid, view.lengths)
+    states = jnp.where(ok[:, None], new_states, states)
+    # 4-6
+    states, beta, trans, params, site_values = given_states(
+        k_rest, states, beta, params, view, hyper_update, concentration
+    )
+    info = BeamInfo(num_instantiated=jnp.sum(inst).astype(jnp.int32), ffbs_ok=jnp.all(ok))
+    return states, beta, trans, params, site_values, overflow, info
+
+
+class BeamSampler(HDPKernel):
+    r"""Beam sampler of the infinite (sticky) HDP-HMM (Van Gael et al. 2008, with Fox et al.'s
+    sticky prior).
+
+    Samples the model as written (``{name}_beta ~ GEM(gamma)``): ``max_states`` is a capacity,
+    the sweep instantiates as many states as the slice variables require (see the module
+    docstring) and reports ``num_states`` (states in use) and ``overflow`` (the capacity was
+    reached while more states were needed; the sweep then continued truncated, so increase
+    ``max_states``).  Every emission family and several sequences (``obs (N, T, ...)`` with
+    ``lengths``) are supported.  Hyperparameter sites with the priors of
+    :mod:`numpyro_hdphmm._core.crp` get exact updates; every other latent site is updated by
+    ``inner_kernel`` (NUTS by default).
+
+    Owned values between sweeps: used states are ``0..k-1`` in order of first appearance;
+    free slots have ``beta = 0``, rows and emission parameters drawn from the prior.  The
+    initial values are the compacted initial states (the model's prior draw or
+    ``init_params``), ``beta`` and rows at conditional means given them and emission parameters
+    drawn from their conditionals.
+
+    :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
+    :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
+    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
+    """
+
+    def _check_supported(self, model_trace) -> None:
+        fn = model_trace[self._sites.beta]["fn"]
+        if not isinstance(fn, GEM):
+            raise NotImplementedError(
+                f"BeamSampler samples the infinite model (`{self._sites.beta} ~ GEM`), got {type(fn).__name__}; "
+                "use WeakLimitGibbs for the weak-limit approximation."
+            )
+        emission = model_trace[self._sites.obs]["fn"].emission
+        if not emission.param_names:
+            raise NotImplementedError(
+                f"BeamSampler instantiates and relabels states, which needs emission parameters it owns; "
+                f"{type(emission).__name__} (emission= a callable over your own sample sites) has none. "
+                "Use WeakLimitGibbs, whose state slots are fixed, for such emissions."
+            )
+
+    def _current(self, z):
+        sites = self._sites
+        states = z[sites.states] if sites.batched else z[sites.states][None]
+        params = {p: z[s] for p, s in zip(sites.param_names, sites.emission)}
+        return states, params
+
+    #: the sweep gives a DP-mixture emission's concentration site its exact update (base class)
+    updates_emission_concentration = True
+
+    def _owned(self, states, beta, trans, params):
+        sites = self._sites
+        return {
+            sites.beta: beta,
+            sites.trans: trans,
+            sites.states: states if sites.batched else states[0],
+            **{s: params[p] for p, s in zip(sites.param_names, sites.emission)},
+        }
+
+    def _init_owned(self, rng_key, z, view: ModelView, init_params):
+        states, params = self._current(z)
+        states = jnp.asarray(states, jnp.int32)
+        if not (isinstance(states, jax.core.Tracer)) and (jnp.any(states < 0) | jnp.any(states >= self._sites.num_states)):
+            raise ValueError(
+                f"`init_params['{self._sites.states}']` must hold states in [0, max_states={self._sites.num_states})."
+            )
+        states, beta, trans, params, num_used = _initial_values(rng_key, states, params, view._replace(priors={}))
+        info = BeamInfo(num_instantiated=num_used.astype(jnp.int32), ffbs_ok=jnp.ones((), bool))
+        return self._owned(states, beta, trans, params), info
+
+    def _sweep(self, rng_key, state: HDPState, view: ModelView):
+        states, params = self._current(state.z)
+        z = state.z
+
+        def hyper_update(key, tables, n, first, mbar_dishes):
+            num_dishes = jnp.sum(mbar_dishes > 0)
+            total = jnp.sum(mbar_dishes)
+
+            def gamma_update(k, gamma, shape, rate):
+                return crp.resample_gamma(k, gamma, num_dishes, total, shape, rate)
+
+            return self._exact_hyper_updates(key, view, tables, n, first, gamma_update)
+
+        site = self._hyper.emission_concentration
+        concentration = None if site is None else (site, self._prior_params(view, site))
+        states, beta, trans, params, site_values, overflow, info = beam_sweep(
+            rng_key, states, z[self._sites.beta], z[self._sites.trans], params, view, hyper_update, concentration
+        )
+        return self._owned(states, beta, trans, params), site_values, info, overflow

@@ -1,0 +1,324 @@
+"""BeamSampler: the slice FFBS against the core HMM routines, exact enumeration of the infinite
+model's partition posterior (with negative controls), Geweke, agreement with WeakLimitGibbs,
+emission families, overflow and plumbing."""
+
+import itertools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
+from numpyro_hdphmm.infer import BeamSampler, WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import beam
+
+from _checks import empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, tv_bound
+
+GAMMA, ALPHA, KAPPA, C = 0.5, 2.0, 1.5, 2
+CAPACITY = 10  # measured: the capacity is reached in 2e-4 of the sweeps (0.8% of chains over 40 sweeps)
+NUM_CHAINS, NUM_WARMUP = 2000, 30
+
+
+# ------------------------------------------------------------------------ slice FFBS vs core
+def _random_problem(rng, num_seq=2, num_steps=6, num_states=4):
+    trans = rng.dirichlet(np.ones(num_states + 1), size=num_states + 1)
+    trans[:, 3] = 0.0  # slot 3 is free: never reachable
+    trans /= trans.sum(-1, keepdims=True)
+    inst = np.array([True, True, True, False])
+    # slices given a random path over the instantiated states (so an admissible path exists)
+    path = rng.integers(0, 3, size=(num_seq, num_steps))
+    prev = np.concatenate([np.full((num_seq, 1), num_states), path[:, :-1]], 1)
+    log_u = np.log(trans[prev, path]) + np.log(rng.uniform(size=(num_seq, num_steps)))
+    log_lik = rng.normal(scale=3.0, size=(num_seq, num_steps, num_states))
+    obs = rng.uniform(size=(num_seq, num_steps)) > 0.2
+    lengths = np.array([num_steps, num_steps - 2])
+    return trans, inst, log_u, log_lik, obs, lengths
+
+
+def _core_log_transitions(trans, inst, log_u):
+    k = inst.size
+    trans = np.maximum(trans, 1e-300)
+    allowed = (np.log(trans[None, None, :k, :k]) > log_u[..., None, None]) & inst[:, None] & inst[None, :]
+    log_a = np.where(allowed, 0.0, -np.inf)
+    log_init = np.where((np.log(trans[k, :k]) > log_u[:, :1]) & inst, 0.0, -np.inf)
+    return log_init, log_a
+
+
+def test_slice_ffbs_marginal_matches_core(rng):
+    trans, inst, log_u, log_lik, obs, lengths = _random_problem(rng)
+    _, log_mass, ok = beam.slice_ffbs(jax.random.key(0), jnp.log(trans), log_u, inst, log_lik, obs, lengths)
+    log_init, log_a = _core_log_transitions(trans, inst, log_u)
+    expected = hmm_marginal_loglik(log_init, log_a, np.where(inst, log_lik, -np.inf), mask=obs, length=lengths)
+    assert np.all(np.asarray(ok))
+    np.testing.assert_allclose(log_mass, expected, rtol=1e-10)
+
+
+def test_slice_ffbs_samples_exact_distribution(rng):
+    """Draws of one sequence (T = 4, 3 instantiated states) against the enumerated posterior."""
+    trans, inst, log_u, log_lik, obs, lengths = _random_problem(rng, num_seq=1, num_steps=4)
+    lengths = np.array([4])
+    num_draws = 20000
+    keys = jax.random.split(jax.random.key(1), num_draws)
+    draws = jax.vmap(lambda k: beam.slice_ffbs(k, jnp.log(trans), log_u, inst, log_lik, obs, lengths)[0][0])(keys)
+    log_init, log_a = _core_log_transitions(trans, inst, log_u)
+    lem = np.where(obs[0][:, None], log_lik[0], 0.0)
+    probs = {}
+    for z in itertools.product(range(3), repeat=4):
+        lp = log_init[0, z[0]] + lem[0, z[0]] + sum(log_a[0, t, z[t - 1], z[t]] + lem[t, z[t]] for t in range(1, 4))
+        probs[z] = np.exp(lp)
+    total = sum(probs.values())
+    probs = {z: p / total for z, p in probs.items() if p > 0}
+    counts = {}
+    for z in map(tuple, np.asarray(draws)):
+        counts[z] = counts.get(z, 0) + 1
+    tv = 0.5 * sum(abs(probs.get(z, 0.0) - counts.get(z, 0) / num_draws) for z in set(probs) | set(counts))
+    assert set(counts) <= set(probs)  # never an inadmissible path
+    assert tv < tv_bound(probs.values(), num_draws), tv
+
+
+def test_slice_ffbs_float32_large_emission_spread():
+    """The best-fitting instantiated state is unreachable and 1e3 nats better: float32 stays exact."""
+    trans = jnp.array([[0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.5, 0.5, 0.0]], jnp.float32)
+    log_u = jnp.log(jnp.array([[0.2, 0.5, 0.5, 0.5]], jnp.float32))  # only self-transitions allowed
+    log_lik = jnp.tile(jnp.array([0.0, 1000.0], jnp.float32), (1, 4, 1))
+    log_lik = log_lik.at[0, 0].set(jnp.array([0.0, -1000.0], jnp.float32))  # state 0 forced at t = 0
+    states, log_mass, ok = beam.slice_ffbs(jax.random.key(0), jnp.log(trans), log_u, jnp.array([True, True]),
+                                           log_lik, jnp.ones((1, 4), bool), jnp.array([4]))
+    assert bool(ok[0]) and np.isfinite(float(log_mass[0]))
+    np.testing.assert_array_equal(states[0], [0, 0, 0, 0])
+
+
+def test_log_gamma_variates_moments():
+    """E[log G] = digamma(a), Var[log G] = trigamma(a) for G ~ Gamma(a), including tiny a."""
+    from scipy.special import digamma, polygamma
+
+    a = np.array([1e-3, 0.3, 1.0, 3.7, 50.0])
+    n = 40000
+    draws = np.asarray(beam.log_gamma_variates(jax.random.key(0), jnp.broadcast_to(jnp.asarray(a), (n, a.size))))
+    assert np.all(np.isfinite(draws))
+    mean_se = np.sqrt(polygamma(1, a) / n)
+    np.testing.assert_array_less(np.abs(draws.mean(0) - digamma(a)), 5 * mean_se)
+    np.testing.assert_allclose(draws.var(0), polygamma(1, a), rtol=0.1)
+
+
+# --------------------------------------------------------------------- exact enumeration
+def fixed_model(y, lengths=None):
+    hmm = nh.StickyHDPHMM(GAMMA, ALPHA, KAPPA, nh.emissions.Categorical(C, 1.0), max_states=CAPACITY)
+    nh.sample("y", hmm, obs=y, lengths=lengths)
+
+
+@pytest.fixture(scope="module")
+def exact_single():
+    y = [0, 0, 1, 1, 0]
+    return y, exact_infinite_posterior([y], GAMMA, ALPHA, KAPPA, C, 1.0)
+
+
+def _single_tv(exact_single, num_chains=NUM_CHAINS):
+    y, exact = exact_single
+    draws = final_states(BeamSampler(fixed_model), (np.array(y),), num_chains=num_chains, num_warmup=NUM_WARMUP)
+    return empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
+
+
+def test_enumeration_single_sequence(exact_single):
+    tv, bound = _single_tv(exact_single)
+    print(f"single sequence: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound, (tv, bound)
+
+
+@pytest.mark.slow
+def test_enumeration_detects_slices_ignoring_pi(exact_single, monkeypatch):
+    """u_t ~ U(0, 1) independently of pi (the FFBS then misses the transition probabilities)."""
+
+    def broken(rng_key, states, trans, lengths):
+        log_u = jnp.log(jax.random.uniform(rng_key, states.shape, trans.dtype, minval=1e-300))
+        return jnp.where(jnp.arange(states.shape[1]) < lengths[:, None], log_u, jnp.inf)
+
+    monkeypatch.setattr(beam, "draw_slices", broken)
+    tv, bound = _single_tv(exact_single)
+    print(f"slices ignoring pi: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv > bound, (tv, bound)
+
+
+@pytest.mark.slow
+def test_enumeration_detects_new_row_without_sticky_term(exact_single, monkeypatch):
+    """New states' rows drawn from Dir(alpha beta) instead of Dir(alpha beta + kappa e_k)."""
+    real = beam.extend_sticks
+    monkeypatch.setattr(beam, "extend_sticks", lambda *args: real(*args[:-1], 0.0 * args[-1]))
+    tv, bound = _single_tv(exact_single)
+    print(f"new row without kappa: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv > bound, (tv, bound)
+
+
+@pytest.mark.slow
+def test_enumeration_several_sequences_with_padding():
+    seqs = [[0, 1, 1], [1, 0]]
+    exact = exact_infinite_posterior(seqs, GAMMA, ALPHA, KAPPA, C, 1.0)
+    y = np.array([[0, 1, 1], [1, 0, 0]])
+    lengths = np.array([3, 2])
+    draws = final_states(BeamSampler(fixed_model), (y, lengths), num_chains=NUM_CHAINS, num_warmup=NUM_WARMUP)
+    flat = [np.concatenate([d.reshape(2, 3)[0], d.reshape(2, 3)[1, :2]]) for d in draws]
+    tv, bound = empirical_tv(exact, flat), tv_bound(exact.values(), len(flat))
+    print(f"two padded sequences: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound, (tv, bound)
+
+
+# ---------------------------------------------------------------------------- Geweke
+GEWEKE_CAPACITY = 30
+
+
+def hyper_model(y=None, num_steps=None):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 2.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
+    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
+    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=GEWEKE_CAPACITY,
+                          num_steps=num_steps)
+    nh.sample("y", hmm, obs=y)
+
+
+def _stats():
+    """Label-invariant statistics (the beam sampler relabels states by first appearance)."""
+    k = GEWEKE_CAPACITY
+
+    def first(z):
+        return z["y_states"][0]
+
+    return {
+        "gamma": lambda z: z["gamma"],
+        "alpha": lambda z: z["alpha"],
+        "kappa": lambda z: z["kappa"],
+        "beta_first": lambda z: z["y_beta"][first(z)],
+        "pi_first_self": lambda z: z["y_trans"][first(z), first(z)],
+        "pi_start_first": lambda z: z["y_trans"][k, first(z)],
+        "probs_first": lambda z: z["y_probs"][first(z), 0],
+        "self_rate": lambda z: jnp.mean(z["y_states"][1:] == z["y_states"][:-1]),
+        "num_states": lambda z: jnp.sum(jnp.zeros(k, bool).at[z["y_states"]].set(True)),
+    }
+
+
+GEWEKE_LIMIT = 4.5
+
+
+@pytest.mark.slow
+def test_geweke_with_hyperparameter_updates():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
+        z = geweke_z_scores(BeamSampler(hyper_model), hyper_model, _stats(), num_steps=8,
+                            num_iterations=6000, num_prior=6000)
+    print("Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
+
+
+@pytest.mark.slow
+def test_geweke_detects_printed_gamma_update(monkeypatch):
+    real = crp.resample_gamma
+    monkeypatch.setattr(crp, "resample_gamma", lambda *args, **kwargs: real(*args[:6], printed_typo=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = geweke_z_scores(BeamSampler(hyper_model), hyper_model, _stats(), num_steps=8,
+                            num_iterations=6000, num_prior=6000)
+    print("Geweke z (printed gamma update):", {k: round(float(v), 2) for k, v in z.items()})
+    assert abs(z["gamma"]) > GEWEKE_LIMIT, z
+
+
+# ------------------------------------------------------------ agreement with WeakLimitGibbs
+def gauss_model(y):
+    emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+    nh.sample("y", nh.StickyHDPHMM(1.0, 3.0, 5.0, emission, max_states=20), obs=y)
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    rng = np.random.default_rng(1)
+    return np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30), rng.normal(0, 1, 20)])[:, None]
+
+
+@pytest.mark.slow
+def test_agrees_with_weak_limit_at_large_L(small_data):
+    """Posterior of num_states and of the log-likelihood: BeamSampler (infinite model) vs
+    WeakLimitGibbs with L = 20 (its approximation error is far below the Monte Carlo error)."""
+    out = {}
+    for cls in (BeamSampler, WeakLimitGibbs):
+        mcmc = MCMC(cls(gauss_model), num_warmup=500, num_samples=2000, num_chains=4, chain_method="vectorized",
+                    progress_bar=False)
+        mcmc.run(jax.random.key(0), small_data)
+        samples = mcmc.get_samples()
+        ll = jax.vmap(lambda mu, cov, s: nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+                      .pointwise_log_likelihood(jnp.asarray(small_data), {"mu": mu, "cov": cov}, s).sum())(
+            samples["y_mu"], samples["y_cov"], samples["y_states"])
+        out[cls.__name__] = (np.asarray(samples["y_num_states"], float), np.asarray(ll))
+    for i in range(2):
+        a, b = out["BeamSampler"][i], out["WeakLimitGibbs"][i]
+        import arviz as az
+
+        se = np.sqrt(a.var() / az.ess(a.reshape(4, -1)) + b.var() / az.ess(b.reshape(4, -1)))
+        assert abs(a.mean() - b.mean()) < 4 * se + 1e-9, (i, a.mean(), b.mean(), se)
+
+
+# ------------------------------------------------------------------------ families, overflow
+def poisson_model(y, lengths=None):
+    hmm = nh.StickyHDPHMM(5.0, 2.0, 1.0, nh.emissions.Poisson(1.0, 0.2), max_states=3)
+    nh.sample("y", hmm, obs=y, lengths=lengths)
+
+
+def test_overflow_flag_several_sequences_missing_values():
+    """Capacity 3 with gamma = 5 overflows: flagged, warned, and the sweep stays valid."""
+    rng = np.random.default_rng(0)
+    y = rng.poisson(rng.choice([1.0, 8.0, 20.0], size=(2, 30))).astype(float)
+    y[0, 3] = np.nan  # a missing observation
+    lengths = np.array([30, 22])
+    mcmc = MCMC(BeamSampler(poisson_model), num_warmup=5, num_samples=20, progress_bar=False)
+    with pytest.warns(RuntimeWarning, match="max_states"):
+        mcmc.run(jax.random.key(0), y, lengths, extra_fields=("overflow",))
+    assert np.any(np.asarray(mcmc.get_extra_fields()["overflow"]))
+    s = mcmc.get_samples()
+    states = np.asarray(s["y_states"])
+    assert states.shape == (20, 2, 30) and states.min() >= 0 and states.max() < 3
+    np.testing.assert_array_equal(states[:, 1, 22:], np.repeat(states[:, 1, 21:22], 8, 1))  # padding copies
+    for z in states:  # canonical labels: first appearance order
+        seen = [int(v) for v in dict.fromkeys(np.concatenate([z[0], z[1, :22]]))]
+        assert seen == list(range(len(seen)))
+    beta = np.asarray(s["y_beta"])
+    np.testing.assert_allclose(beta.sum(-1), 1.0, rtol=1e-10)
+    used = np.asarray(s["y_num_states"])
+    assert all(np.all(b[u:3] == 0.0) and np.all(b[:u] > 0) for b, u in zip(beta, used))
+    np.testing.assert_allclose(np.asarray(s["y_trans"]).sum(-1), 1.0, rtol=1e-10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gaussian", "diagonal", "autoregressive", "vmf", "categorical"])
+def test_emission_families_run(family):
+    rng = np.random.default_rng(0)
+    seg = np.repeat([0, 1, 0, 2], 15)
+    if family == "categorical":
+        y = (seg + rng.integers(0, 2, seg.size)) % 4
+        emission = nh.emissions.Categorical(4, 0.5)
+    else:
+        means = np.array([[3.0, 0.0], [-3.0, 1.0], [0.0, -3.0]])
+        y = means[seg] + rng.normal(scale=0.5, size=(seg.size, 2))
+        if family == "vmf":
+            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
+        cls = {"gaussian": nh.emissions.GaussianNIW, "diagonal": nh.emissions.DiagonalGaussian,
+               "autoregressive": nh.emissions.AutoRegressive, "vmf": nh.emissions.VonMisesFisher}[family]
+        emission = cls.weakly_informative(y)
+
+    def model(y):
+        nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, emission, max_states=12), obs=y)
+
+    mcmc = MCMC(BeamSampler(model), num_warmup=30, num_samples=30, progress_bar=False)
+    mcmc.run(jax.random.key(0), y)
+    s = mcmc.get_samples()
+    assert np.all(np.isfinite(np.asarray(mcmc.get_extra_fields()["lp"])))
+    assert 1 <= np.median(np.asarray(s["y_num_states"])) <= 6
+
+
+def test_weak_limit_model_is_rejected():
+    with pytest.raises(NotImplementedError, match="GEM"):
+        MCMC(BeamSampler(weak_limit(fixed_model)), num_warmup=1, num_samples=1, progress_bar=False).run(
+            jax.random.key(0), np.array([0, 1]))

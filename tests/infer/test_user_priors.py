@@ -1,0 +1,160 @@
+"""User-defined priors: any hyperprior, the generic (inner NUTS) path vs the exact
+auxiliary-variable updates, and composition with :class:`numpyro.infer.Gibbs`.
+
+The exact updates (Fox et al. eqs. 50-56, App. III; the weak-limit ``gamma`` update) and the
+generic path (NUTS on the hyperparameter sites given ``beta`` and the rows, i.e. the densities
+``Dir(gamma/L)`` of eq. 38 and ``Dir(alpha beta + kappa e_j)`` of eq. 41) leave the same
+posterior invariant; their posterior summaries must agree within Monte Carlo error.
+"""
+
+import jax
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC, NUTS
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm.diagnostics import hamming_distance
+from numpyro_hdphmm.infer import WeakLimitGibbs, weak_limit
+
+
+def categorical_data(seed=0, length=12):
+    rng = np.random.default_rng(seed)
+    z = np.repeat(np.array([0, 1, 0, 2, 1]), length)
+    probs = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]])
+    y = np.array([rng.choice(3, p=probs[k]) for k in z])
+    return y, z
+
+
+# --------------------------------------------------------------------- (a) any hyperprior
+def odd_prior_model(y):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))  # recognized: exact update
+    alpha = numpyro.sample("alpha", dist.LogNormal(0.0, 1.0))  # not a Gamma: inner NUTS
+    rho = numpyro.sample("rho", dist.Beta(5.0, 2.0))
+    c = numpyro.sample("c", dist.Gamma(10.0, 1.0))  # kappa = rho * c: neither pattern, inner NUTS
+    hmm = nh.StickyHDPHMM(gamma, alpha, rho * c, nh.emissions.Categorical(3, 1.0), max_states=4)
+    nh.sample("y", hmm, obs=y)
+
+
+def test_any_hyperprior_runs():
+    y, _ = categorical_data()
+    kernel = WeakLimitGibbs(odd_prior_model)
+    mcmc = MCMC(kernel, num_warmup=20, num_samples=40, progress_bar=False)
+    mcmc.run(jax.random.key(0), y)
+    s = mcmc.get_samples()
+    assert kernel._hyper.gamma == "gamma" and kernel._hyper.concentration is None
+    assert set(kernel._inner_sites) == {"alpha", "rho", "c"}
+    for site in ("gamma", "alpha", "rho", "c"):
+        v = np.asarray(s[site])
+        assert np.all(np.isfinite(v)) and np.all(v > 0), site
+        assert np.unique(v).size > 10, site  # every site moves
+    assert np.all(np.asarray(s["rho"]) < 1.0)
+
+
+# ------------------------------------------------------- (b) exact vs generic: same posterior
+def gamma_prior_model(y):
+    gamma = numpyro.sample("gamma", dist.Gamma(3.0, 1.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(4.0, 1.0))
+    hmm = nh.StickyHDPHMM(gamma, alpha, 2.0, nh.emissions.Categorical(3, 1.0), max_states=4)
+    nh.sample("y", hmm, obs=y)
+
+
+def _chains(kernel, y, num_chains, num_warmup, num_samples, seed):
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(seed), y)
+    return mcmc.get_samples(group_by_chain=True)
+
+
+def _summary_z(a, b):
+    """z-scores of the differences of mean and quartiles of two (chains, draws) arrays; the
+    standard errors come from the spread of the per-chain summaries (chains independent)."""
+    out = {}
+    for name, fn in [("mean", lambda v: np.mean(v, -1))] + [
+        (f"q{int(100 * q)}", (lambda q: lambda v: np.quantile(v, q, axis=-1))(q)) for q in (0.25, 0.5, 0.75)
+    ]:
+        sa, sb = fn(np.asarray(a)), fn(np.asarray(b))
+        se = np.sqrt(np.var(sa, ddof=1) / sa.size + np.var(sb, ddof=1) / sb.size)
+        out[name] = float((sa.mean() - sb.mean()) / se)
+    return out
+
+
+def _exact_vs_generic(num_chains, num_warmup, num_samples):
+    y, _ = categorical_data()
+    exact_kernel = WeakLimitGibbs(gamma_prior_model)
+    exact = _chains(exact_kernel, y, num_chains, num_warmup, num_samples, seed=1)
+    assert exact_kernel._hyper.gamma == "gamma" and exact_kernel._hyper.alpha == "alpha"
+    generic_kernel = WeakLimitGibbs(gamma_prior_model, exact_hyperparameters=False)
+    generic = _chains(generic_kernel, y, num_chains, num_warmup, num_samples, seed=2)
+    assert set(generic_kernel._inner_sites) == {"gamma", "alpha"}
+    return {site: _summary_z(exact[site], generic[site]) for site in ("gamma", "alpha")}, exact, generic
+
+
+Z_LIMIT = 4.0
+
+
+def test_exact_and_generic_hyperparameter_paths_agree():
+    z, exact, generic = _exact_vs_generic(num_chains=8, num_warmup=60, num_samples=100)
+    print(z, {s: (float(exact[s].mean()), float(generic[s].mean())) for s in ("gamma", "alpha")})
+    assert all(abs(v) < Z_LIMIT for d in z.values() for v in d.values()), z
+    # the data moved the posterior away from the prior (so the comparison can fail)
+    assert abs(float(exact["alpha"].mean()) - 4.0) > 0.5
+
+
+@pytest.mark.slow
+def test_exact_and_generic_hyperparameter_paths_agree_long():
+    z, _, _ = _exact_vs_generic(num_chains=16, num_warmup=300, num_samples=1000)
+    print(z)
+    assert all(abs(v) < Z_LIMIT for d in z.values() for v in d.values()), z
+
+
+@pytest.mark.slow
+def test_exact_vs_generic_detects_wrong_alpha_prior(monkeypatch):
+    """Negative control: an exact alpha update that uses the wrong prior rate (b -> 2b)."""
+    real = crp.resample_alpha_kappa
+
+    def broken(key, alpha, kappa, tables, n, first, alpha_prior=None, kappa_prior=None):
+        a, b = alpha_prior
+        return real(key, alpha, kappa, tables, n, first, (a, 2.0 * b), kappa_prior)
+
+    monkeypatch.setattr(crp, "resample_alpha_kappa", broken)
+    z, _, _ = _exact_vs_generic(num_chains=8, num_warmup=100, num_samples=200)
+    print(z)
+    assert abs(z["alpha"]["mean"]) > Z_LIMIT, z
+
+
+# --------------------------------------------- (c) numpyro.infer.Gibbs with custom emissions
+L = 4
+
+
+def student_model(y):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(2.0, 1.0))
+    kappa = numpyro.sample("kappa", dist.Gamma(10.0, 1.0))
+    loc = numpyro.sample("loc", dist.Normal(0.0, 10.0).expand([L]))
+    scale = numpyro.sample("scale", dist.LogNormal(0.0, 1.0).expand([L]))
+    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, lambda k: dist.StudentT(4.0, loc[k], scale[k]), max_states=L)
+    nh.sample("y", hmm, obs=y)
+
+
+def test_gibbs_blocks_with_custom_emission():
+    rng = np.random.default_rng(3)
+    z = np.repeat(np.array([0, 1, 0, 1]), 25)
+    y = np.array([-4.0, 4.0])[z] + rng.standard_t(4.0, size=z.size)
+    m = weak_limit(student_model)
+    hdp_sites = ["y_beta", "y_trans", "y_states", "gamma", "alpha", "kappa"]
+    kernel = numpyro.infer.Gibbs([(WeakLimitGibbs(m), hdp_sites), (NUTS(m), None)])
+    mcmc = MCMC(kernel, num_warmup=60, num_samples=60, progress_bar=False)
+    mcmc.run(jax.random.key(0), y)
+    s = mcmc.get_samples()
+    assert s["loc"].shape == (60, L) and s["y_states"].shape == (60, z.size)
+    states = np.asarray(s["y_states"])[-30:]
+    used = [np.unique(d).size for d in states]
+    ham = np.mean([hamming_distance(d, z) for d in states])
+    print(f"median states used {np.median(used)}, Hamming {ham:.4f}")
+    assert np.median(used) == 2 and ham < 0.05
+    last = states[-1]
+    locs = np.sort([float(np.asarray(s["loc"])[-1, k]) for k in np.unique(last)])
+    np.testing.assert_allclose(locs, [-4.0, 4.0], atol=1.0)

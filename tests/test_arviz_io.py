@@ -1,0 +1,137 @@
+"""``nh.to_inference_data`` with ArviZ 0.x (InferenceData) and ArviZ 1.x (arviz_base, DataTree),
+and ``Predictive`` / ``nh.forecast`` on the draws of a real ``WeakLimitGibbs`` run (one run,
+shared, because compiling the kernel dominates the time of this module).
+
+This module must run in an environment with only ``arviz-base`` (CI's second step), so it
+imports neither ArviZ generation at module level.
+"""
+
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import numpyro
+import pytest
+from numpyro.infer import MCMC, Predictive
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm.emissions import Categorical
+from numpyro_hdphmm.infer import WeakLimitGibbs, weak_limit
+
+C, L, T, CHAINS, DRAWS = 3, 3, 8, 1, 6
+Y = np.array([[0, 0, 1, 1, 2, 2, 0, 0], [2, 2, 1, 1, 0, 0, 0, 0]])
+LENGTHS = np.array([8, 6])
+
+
+def model(y=None, lengths=None, num_steps=None):
+    # fixed hyperparameters and one chain: compiling the kernel is most of this module's time
+    # (a Gamma-prior kappa adds ~14 s of CPU, a second sequential chain ~12 s)
+    hmm = nh.StickyHDPHMM(2.0, 2.0, 5.0, Categorical(C, 1.0), max_states=L, num_steps=num_steps)
+    nh.sample("y", hmm, obs=y, lengths=lengths)
+
+
+@pytest.fixture(scope="module")
+def run():
+    mcmc = MCMC(WeakLimitGibbs(model), num_warmup=3, num_samples=DRAWS, num_chains=CHAINS, progress_bar=False)
+    mcmc.run(jax.random.key(0), Y, LENGTHS)
+    samples = mcmc.get_samples()
+    # posterior predictive replicates: states and emission parameters from the draws, y redrawn
+    replicates = Predictive(model, samples)(jax.random.key(1), None, LENGTHS, num_steps=T)
+    return mcmc, samples, replicates
+
+
+# --------------------------------------------------------------- Predictive and forecast
+def test_predictive_and_forecast_from_weak_limit_draws(run):
+    mcmc, samples, replicates = run
+    S = CHAINS * DRAWS
+    assert set(replicates) == {"y"} and replicates["y"].shape == (S, 2, T)
+    assert np.all((np.asarray(replicates["y"]) >= 0) & (np.asarray(replicates["y"]) < C))
+    # the sampler's model, weak_limit(model), serves as well (same sites)
+    rep = Predictive(weak_limit(model), samples)(jax.random.key(1), None, LENGTHS, num_steps=T)["y"]
+    np.testing.assert_array_equal(rep, replicates["y"])
+    # one sequence: the draws of sequence 0 in a single-sequence model call
+    one = {**samples, "y_states": samples["y_states"][:, 0]}
+    assert Predictive(model, one)(jax.random.key(1), y=None, num_steps=T)["y"].shape == (S, T)
+    # forecasts: the model is traced for the family and the lengths
+    out = nh.forecast(jax.random.key(2), samples, model, 4, model_args=(Y, LENGTHS))
+    assert out["states"].shape == (S, 2, 4) and out["y"].shape == (S, 2, 4)
+    np.testing.assert_array_equal(out["new_state_prob"], 0.0)  # weak limit
+    last = np.asarray(samples["y_states"])[:, [0, 1], LENGTHS - 1]
+    first_step = np.asarray(samples["y_trans"])[np.arange(S)[:, None], last, np.asarray(out["states"][..., 0])]
+    assert np.all(first_step > 0)  # the first forecast leaves the LAST observed state
+    same = nh.forecast(jax.random.key(2), samples, Categorical(C, 1.0), 4, lengths=LENGTHS)
+    np.testing.assert_array_equal(same["states"], out["states"])
+
+
+# ---------------------------------------------------------------------------- ArviZ
+def _check_groups(posterior, log_likelihood, sample_stats, observed_data, posterior_predictive):
+    assert posterior["y_states"].dims == ("chain", "draw", "sequence", "time")
+    assert posterior["y_states"].shape == (CHAINS, DRAWS, 2, T)
+    assert {"y_beta", "y_trans", "y_probs", "y_num_states"} <= set(posterior.data_vars)
+    assert log_likelihood["y"].dims == ("chain", "draw", "sequence", "time")
+    ll = log_likelihood["y"].values
+    assert np.all(np.isfinite(ll)) and np.all(ll[:, :, 1, LENGTHS[1]:] == 0.0)  # padding: no term
+    assert {"lp", "num_states"} <= set(sample_stats.data_vars)
+    np.testing.assert_array_equal(sample_stats["num_states"].values, posterior["y_num_states"].values)
+    assert observed_data["y"].shape == (2, T)
+    assert posterior_predictive["y"].dims == ("chain", "draw", "sequence", "time")
+
+
+def _arviz0():
+    az = pytest.importorskip("arviz")
+    if int(az.__version__.split(".")[0]) >= 1:
+        pytest.skip(f"ArviZ {az.__version__} is 1.x: covered by the arviz_base test")
+    return az
+
+
+def test_arviz_0x_inference_data(run):
+    az = _arviz0()
+    mcmc, samples, replicates = run
+    idata = nh.to_inference_data(mcmc, posterior_predictive=replicates)
+    assert isinstance(idata, az.InferenceData)
+    _check_groups(idata.posterior, idata.log_likelihood, idata.sample_stats, idata.observed_data,
+                  idata.posterior_predictive)
+    np.testing.assert_array_equal(idata.posterior["y_states"].values.reshape(-1, 2, T), samples["y_states"])
+    # keywords reach from_numpyro
+    assert not hasattr(nh.to_inference_data(mcmc, log_likelihood=False), "log_likelihood")
+
+
+def test_arviz_1x_datatree(run):
+    pytest.importorskip("arviz_base")
+    import xarray as xr
+
+    mcmc, samples, replicates = run
+    tree = nh.to_inference_data(mcmc, backend="arviz_base", posterior_predictive=replicates)
+    assert isinstance(tree, xr.DataTree)
+    _check_groups(*(tree[g].dataset for g in ("posterior", "log_likelihood", "sample_stats", "observed_data",
+                                              "posterior_predictive")))
+    np.testing.assert_array_equal(tree["posterior"]["y_states"].values.reshape(-1, 2, T), samples["y_states"])
+    assert "log_likelihood" not in nh.to_inference_data(mcmc, backend="arviz_base", log_likelihood=False).children
+
+
+def test_default_backend_without_arviz_0x(run, monkeypatch):
+    """Without ArviZ 0.x the default is arviz_base (CI's second step has only arviz-base)."""
+    pytest.importorskip("arviz_base")
+    import xarray as xr
+
+    monkeypatch.setitem(sys.modules, "arviz", None)  # `import arviz` now raises ImportError
+    assert isinstance(nh.to_inference_data(run[0], log_likelihood=False), xr.DataTree)
+
+
+def test_clear_error_without_any_arviz(run, monkeypatch):
+    monkeypatch.setitem(sys.modules, "arviz", None)
+    monkeypatch.setitem(sys.modules, "arviz_base", None)
+    with pytest.raises(ImportError, match="arviz-base"):
+        nh.to_inference_data(run[0])
+    with pytest.raises(ValueError, match="backend"):
+        nh.to_inference_data(run[0], backend="pymc")
+
+
+def test_package_does_not_import_arviz():
+    """`import numpyro_hdphmm` works with neither ArviZ generation installed (lazy import)."""
+    code = (
+        "import sys; sys.modules['arviz'] = None; sys.modules['arviz_base'] = None; "
+        "import numpyro_hdphmm as nh; assert callable(nh.to_inference_data) and callable(nh.forecast)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

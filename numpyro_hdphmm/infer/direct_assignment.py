@@ -367,10 +367,13 @@ class DirectAssignmentGibbs(HDPKernel):
         family = getattr(emission, "base", emission)  # a DP mixture collapses its base family
         y = jnp.asarray(model_trace[self._sites.obs]["value"])
         row = y.reshape((-1,) + tuple(family.event_shape))[:1]
+        def probe(r):
+            x, _ = family.prepare(r)
+            first = jax.tree_util.tree_map(lambda a: a[0], x)
+            return family.log_predictive(first, family.sufficient_statistics(x, jnp.zeros((r.shape[0], 1))))
+
         try:
-            jax.eval_shape(lambda r: family.log_predictive(
-                family.prepare(r)[0][0], family.sufficient_statistics(family.prepare(r)[0], jnp.zeros((1, 1)))
-            ), row)
+            jax.eval_shape(probe, row)
         except NotImplementedError as err:
             raise NotImplementedError(
                 f"DirectAssignmentGibbs integrates the emission parameters out, which needs a conjugate family "

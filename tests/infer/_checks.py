@@ -88,15 +88,7 @@ def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_c
         counts_y = np.zeros((L, num_categories))
         np.add.at(counts_y, (flat_z, flat_y), 1)
         log_py = _log_dirmult_rows(counts_y, np.full((L, num_categories), emission_conc))
-        # transition counts
-        n = np.zeros((L, L))
-        first = np.zeros(L)
-        start = 0
-        for t_len in lengths:
-            z = flat_z[start:start + t_len]
-            first[z[0]] += 1
-            np.add.at(n, (z[:-1], z[1:]), 1)
-            start += t_len
+        n, first = infinite_transition_counts(flat_z, lengths, L)
         log_pz = np.array([
             _log_dirmult_rows(first[None], alpha * b[None])
             + _log_dirmult_rows(n, alpha * b[None] + kappa * sticky)
@@ -196,18 +188,18 @@ def _abs_stirling1_table(n_max):
     return s
 
 
-def infinite_transition_counts(flat_z, lengths):
+def infinite_transition_counts(flat_z, lengths, num_states=None):
     """Transition counts of the state sequences ``flat_z`` (concatenated, labels ``0..K-1``)
     split into sequences of ``lengths``: ``(n (K, K), first (K,))`` with ``n[j, k] = #{t: z_{t-1}=j,
     z_t=k}`` within sequences and ``first[k]`` = number of sequences starting in ``k`` (the
-    customers of the start restaurant)."""
+    customers of the start restaurant); ``K = num_states`` (default: the largest label + 1)."""
     flat_z = np.asarray(flat_z, int).reshape(-1)
     lengths = [int(t) for t in lengths]
     if not lengths or any(t < 1 for t in lengths) or sum(lengths) != flat_z.size:
         raise ValueError(f"`lengths` must be positive and sum to len(flat_z)={flat_z.size}, got {lengths}.")
     if flat_z.min() < 0:
         raise ValueError("`flat_z` must hold non-negative state labels.")
-    num_states = int(flat_z.max()) + 1
+    num_states = int(flat_z.max()) + 1 if num_states is None else int(num_states)
     n = np.zeros((num_states, num_states), int)
     first = np.zeros(num_states, int)
     start = 0

@@ -207,7 +207,7 @@ def test_every_family_separates_two_regimes(name):
 
 # ---------------------------------------------------------------------------- ArviZ, chains
 def test_arviz_and_vectorized_chains():
-    data = nh.datasets.fox_experiment_a(num_steps=300)
+    data = nh.datasets.fox_experiment_a(num_steps=200)
     y = data.observations
 
     def model(y):
@@ -217,7 +217,7 @@ def test_arviz_and_vectorized_chains():
         hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.GaussianNIW.weakly_informative(y), max_states=20)
         nh.sample("y", hmm, obs=y)
 
-    mcmc = MCMC(DirectAssignmentGibbs(model), num_warmup=100, num_samples=50, num_chains=2,
+    mcmc = MCMC(DirectAssignmentGibbs(model), num_warmup=60, num_samples=30, num_chains=2,
                 chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     idata = az.from_numpyro(mcmc)

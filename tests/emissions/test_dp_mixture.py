@@ -264,6 +264,7 @@ def test_update_parameters_detects_psi_without_counts(exact_update, monkeypatch)
     assert max(abs(v) for v in z.values()) > 4.0, z
 
 
+@pytest.mark.slow
 def test_update_parameters_detects_wrong_concentration_update(exact_update, monkeypatch):
     """Negative control: the sigma update without the psi-integrating CRP tables (the
     ``L' -> inf`` form, components in use counted instead of tables)."""

@@ -152,6 +152,12 @@ def _num_used(states, num_states: int):
     return jnp.sum(used).astype(jnp.int32)
 
 
+def flatten_time(x):
+    """Merge the sequence and time axes ``(N, T, ...) -> (N * T, ...)`` of every leaf (the
+    prepared observations of all sequences as one time axis)."""
+    return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
+
+
 def _prior_trace(model, rng_key, model_args, model_kwargs):
     """A trace of ``model`` with every latent site drawn from its prior (unlike NumPyro's
     ``prototype_trace``, this needs no unconstraining transform, e.g. for spherical sites)."""

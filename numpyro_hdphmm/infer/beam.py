@@ -64,7 +64,7 @@ from jax import lax, random
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.distributions import GEM
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, flatten_time
 
 __all__ = ["BeamSampler", "BeamInfo", "beam_sweep", "slice_ffbs", "compact_states"]
 
@@ -76,10 +76,6 @@ class BeamInfo(NamedTuple):
 
     num_instantiated: jax.Array
     ffbs_ok: jax.Array
-
-
-def _flatten_time(x):
-    return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
 
 
 def log_gamma_variates(rng_key, shape_param):
@@ -333,7 +329,7 @@ def given_states(rng_key, states, beta, params, view: ModelView, hyper_update, c
     weights = state_weights(states, view.valid, num_states, dtype=dtype)
     conc_prior = None if concentration is None else concentration[1]
     params, sigma = view.emission.update_parameters(
-        k_theta, _flatten_time(view.x), weights.reshape(-1, num_states), params, conc_prior
+        k_theta, flatten_time(view.x), weights.reshape(-1, num_states), params, conc_prior
     )
     # 6. tables (rows integrated out), hyperparameters, beta, rows
     n, first = crp.transition_counts(states, num_states, view.lengths)
@@ -363,7 +359,7 @@ def _initial_values(rng_key, states, params, view):
     states, new_to_old, num_used = compact_states(states, view.lengths, num_states)
     params = jax.tree_util.tree_map(lambda p: p[new_to_old], params)
     weights = state_weights(states, view.valid, num_states, dtype=dtype)
-    params, _ = view.emission.update_parameters(rng_key, _flatten_time(view.x), weights.reshape(-1, num_states), params)
+    params, _ = view.emission.update_parameters(rng_key, flatten_time(view.x), weights.reshape(-1, num_states), params)
     total = num_used + view.gamma
     head = jnp.where(jnp.arange(num_states) < num_used, 1.0 / total, 0.0)
     beta = jnp.concatenate([head, (view.gamma / total)[None]]).astype(dtype)

@@ -47,7 +47,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.hmm import _categorical
 from numpyro_hdphmm.distributions import sample_dirichlet
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, flatten_time
 
 __all__ = ["DirectAssignmentGibbs", "direct_assignment_sweep", "StepLayout"]
 
@@ -70,10 +70,6 @@ def step_layout(num_sequences: int, num_steps: int, lengths) -> StepLayout:
     is_first = jnp.broadcast_to(t == 0, shape).reshape(-1)
     has_next = jnp.broadcast_to(t + 1 < lengths, shape).reshape(-1)
     return StepLayout(in_range, is_first, has_next)
-
-
-def _flatten_time(x):
-    return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
 
 
 def _row(tree, i):
@@ -233,7 +229,7 @@ def direct_assignment_sweep(rng_key, states, beta, params, view: ModelView):
     alpha, kappa, gamma = (jnp.asarray(v, dtype) for v in (view.alpha, view.kappa, view.gamma))
     # the data are often compile-time constants (MCMC closes over the model arguments): keep XLA
     # from constant-folding the per-step precomputations below, which only slows compilation
-    x, valid, lengths = lax.optimization_barrier((_flatten_time(view.x), view.valid.reshape(-1), view.lengths))
+    x, valid, lengths = lax.optimization_barrier((flatten_time(view.x), view.valid.reshape(-1), view.lengths))
     layout = step_layout(num_seq, num_steps, lengths)
     valid = valid & layout.in_range
     z = jnp.where(layout.in_range, states.reshape(-1), 0).astype(jnp.int32)
@@ -417,7 +413,7 @@ class DirectAssignmentGibbs(HDPKernel):
         sticky = jnp.eye(num_states + 1, dtype=dtype).at[num_states, num_states].set(0.0)
         trans = sample_dirichlet(k_pi, alpha * beta[None, :] + kappa * sticky + counts)
         weights = state_weights(states, view.valid, num_states, dtype).reshape(-1, num_states)
-        x = _flatten_time(view.x)
+        x = flatten_time(view.x)
         if components is None:
             params, _ = view.emission.update_parameters(k_theta, x, weights, params)
         else:  # DP mixture: sigma, psi, theta given the indicators of the sweep

@@ -39,7 +39,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta, sample_dirichlet
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, flatten_time
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["WeakLimitGibbs", "weak_limit", "WeakLimitInfo", "weak_limit_sweep"]
@@ -81,10 +81,6 @@ class WeakLimitInfo(NamedTuple):
     emission_concentration: Any = None
 
 
-def _flatten_time(x):
-    return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
-
-
 def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hyper_update, concentration_prior=None):
     """One sweep of Fox et al. Alg. 2 (steps 1-6 of the module docstring); pure and jittable.
 
@@ -110,7 +106,7 @@ def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hype
     # 2. emission parameters from their conjugate posteriors
     weights = state_weights(states, view.valid, num_states, dtype=log_lik.dtype)
     params, emission_conc = emission.update_parameters(
-        k_theta, _flatten_time(view.x), weights.reshape(-1, num_states), params, concentration_prior
+        k_theta, flatten_time(view.x), weights.reshape(-1, num_states), params, concentration_prior
     )
     # 3. tables, overrides, informative tables (rows integrated out)
     n, first = crp.transition_counts(states, num_states, view.lengths)

@@ -2,37 +2,47 @@
 
 Measures, on the default JAX device in float32:
 
-* seconds per sweep (median of a jitted ``kernel.sample`` after compilation and one warm call)
-  of ``BeamSampler`` with capacity ``K`` and ``WeakLimitGibbs`` with ``L = K`` (the same number
-  of state slots: both sweeps cost ``O(T K^2)``) for ``T`` in {1e3, 1e4, 1e5} x ``K`` in
-  {10, 30}, 2-D Gaussian emissions (``GaussianNIW.weakly_informative``), constant
-  hyperparameters, data of 10 well-separated segments; the ratio beam / weak limit (target
-  <= 1.5);
+* seconds per sweep (median of a jitted ``kernel.sample`` after compilation and warm-up sweeps,
+  the two kernels timed alternately in one process) of ``BeamSampler`` with capacity ``K`` and
+  ``WeakLimitGibbs`` with ``L = K`` (the same number of state slots: both sweeps cost
+  ``O(T K^2)``) for ``T`` in {1e3, 1e4, 1e5} x ``K`` in {10, 30}, 2-D Gaussian emissions
+  (``GaussianNIW.weakly_informative``), constant hyperparameters, data of 10 well-separated
+  segments, both chains started from the true segmentation (see below); the ratio beam / weak
+  limit (target <= 1.5);
 * scaling with the number of instantiated states: ``T = 1e4``, capacity 40, data with 2, 10
-  and 20 true segments (the cost follows the capacity, the instantiated count is reported);
+  and 20 true segments, started from the true segmentation;
+* state discovery from the model's prior draw (``T = 1e3``, 10 segments, ``K = 30``): states in
+  use after some sweeps, for the benchmark's prior (``mean_precision = 0.01``: prior means ~50
+  data standard deviations wide) and for ``mean_precision = 1`` (prior means as wide as the
+  data).  The prior draw of the sticky model uses one state; new states get their emission
+  parameters from the prior and must be admitted by every slice of a segment, so the beam
+  sampler discovers the segments far more slowly than the weak limit (whose L slots are all
+  offered at every step);
 * PGAS synthetic set A (Tripuraneni et al. 2015, experiments, "as in Van Gael et al. 2008";
   ``nh.datasets.pgas_set_a``: ``T = 4000``, 4 states, self-transition 0.75, means
   -2, -0.5, 1, 4, s.d. 0.5): the non-sticky iHMM with the beam toolbox's hyperpriors
   ``alpha ~ Gamma(4, 1)``, ``gamma ~ Gamma(3, 6)`` and a nearly known variance
   (``DiagonalGaussian(0, 1/16, 1000, 250)``: precision 4 +- 3%, mean ``N(0, 2^2)``); 4
   vectorized chains started from 10 states (uniform random labels, as the toolbox does),
-  1000 sweeps (one compiled ``lax.scan``): sweeps until the chain first uses 4 states, the
-  normalized Hamming distance after the last sweep, and the ESS per second of ``num_states``
-  over the last 500 sweeps (``arviz.ess`` over the chains); ``BeamSampler`` (capacity 40) and
-  ``WeakLimitGibbs`` (``L = 40``).
+  1000 sweeps (one compiled ``lax.scan``): sweeps until the chain first uses exactly 4
+  states, the normalized Hamming distance after the last sweep, and the ESS per second of
+  ``num_states`` over the last half of the sweeps (``arviz.ess`` over the chains, divided by
+  the wall time of that half); ``BeamSampler`` (capacity 40), ``WeakLimitGibbs`` (``L = 40``)
+  and ``DirectAssignmentGibbs`` (capacity 40).
 
 Usage::
 
-    python benchmarks/bench_beam.py [--quick] [--write] [--repeats N]
+    python benchmarks/bench_beam.py [--quick] [--write] [--repeats N] [--set-a-only] [--set-a-sweeps S]
 
 ``--quick``: ``T`` in {1e3, 1e4}, 300 sweeps on set A; ``--write`` replaces the "Beam sampler"
-section of ``docs/benchmarks.md``.
+section of ``docs/benchmarks.md`` (with ``--set-a-only``: only its set A subsection).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 
 import numpy as np
@@ -40,23 +50,30 @@ import numpy as np
 from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
 
 SECTION = "## Beam sampler"
+SET_A_HEADING = "### PGAS synthetic set A"
+KERNELS = ("BeamSampler", "WeakLimitGibbs", "DirectAssignmentGibbs")
 
 
-def fixed_model(K, weak=False):
+def fixed_model(K, mean_precision=None):
     import numpyro_hdphmm as nh
 
     def model(y):
-        hmm = nh.StickyHDPHMM(1.0, 1.0, 10.0, nh.emissions.GaussianNIW.weakly_informative(y), max_states=K)
-        nh.sample("y", hmm, obs=y)
+        extra = {} if mean_precision is None else {"mean_precision": mean_precision}
+        emission = nh.emissions.GaussianNIW.weakly_informative(y, **extra)
+        nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, 10.0, emission, max_states=K), obs=y)
 
     return model
+
+
+def segments(T, num_segments=10):
+    """The true segmentation of :func:`synthetic_data`: ``num_segments`` equal blocks."""
+    return np.minimum(np.arange(T) * num_segments // T, num_segments - 1)
 
 
 def synthetic_data(T, D, num_segments=10, seed=0):
     rng = np.random.default_rng(seed)
     means = rng.normal(scale=5.0, size=(num_segments, D))
-    seg = np.minimum(np.arange(T) * num_segments // T, num_segments - 1)
-    return (means[seg] + rng.normal(size=(T, D))).astype(np.float32)
+    return (means[segments(T, num_segments)] + rng.normal(size=(T, D))).astype(np.float32)
 
 
 def set_a_model(K):
@@ -81,34 +98,66 @@ def _block(x):
     return jax.block_until_ready(x)
 
 
-def time_sweeps(cls, model, y, repeats=10, budget_s=60.0, seed=0):
-    """Median seconds per sweep of ``cls(model)`` (see the module docstring), the compile
-    time and the mean number of instantiated states (beam only)."""
+def time_pair(K, y, init_states, repeats=10, warmup=10, budget_s=120.0, seed=0):
+    """Beam (capacity ``K``) and weak limit (``L = K``) on the same data, both started from
+    ``init_states``, ``warmup`` sweeps, then ``repeats`` sweeps of each, alternately.  Returns
+    ``{name: (median s per sweep, compile s, mean instantiated (beam), states used at the end)}``."""
     import jax
+    import jax.numpy as jnp
 
-    kernel = cls(model)
-    state = kernel.init(jax.random.key(seed), 0, None, (y,), {})
-    step = jax.jit(lambda s: kernel.sample(s, (y,), {}))
-    t0 = time.perf_counter()
-    state = _block(step(state))
-    compile_s = time.perf_counter() - t0
-    state = _block(step(state))
-    times, inst = [], []
-    start = time.perf_counter()
-    for i in range(repeats):
+    from numpyro_hdphmm.infer import BeamSampler, WeakLimitGibbs
+
+    runs = {}
+    for cls in (BeamSampler, WeakLimitGibbs):
+        kernel = cls(fixed_model(K))
+        state = kernel.init(jax.random.key(seed), 0, {"y_states": jnp.asarray(init_states, jnp.int32)}, (y,), {})
+        step = jax.jit(lambda s, kernel=kernel: kernel.sample(s, (y,), {}))
         t0 = time.perf_counter()
         state = _block(step(state))
-        times.append(time.perf_counter() - t0)
-        if state.aux is not None:
-            inst.append(int(state.aux.num_instantiated))
+        compile_s = time.perf_counter() - t0
+        for _ in range(warmup):
+            state = step(state)
+        runs[cls.__name__] = [step, _block(state), compile_s, [], []]
+    start = time.perf_counter()
+    for i in range(repeats):
+        for run in runs.values():
+            t0 = time.perf_counter()
+            run[1] = _block(run[0](run[1]))
+            run[3].append(time.perf_counter() - t0)
+            if run[1].aux is not None:
+                run[4].append(int(run[1].aux.num_instantiated))
         if i >= 2 and time.perf_counter() - start > budget_s:
             break
-    return float(np.median(times)), compile_s, (float(np.mean(inst)) if inst else float("nan")), int(state.num_states)
+    return {name: (float(np.median(times)), compile_s, float(np.mean(inst)) if inst else float("nan"),
+                   int(state.num_states)) for name, (_, state, compile_s, times, inst) in runs.items()}
+
+
+def discovery(T, K, sweeps, checkpoints, mean_precision=None, seed=0):
+    """States in use at ``checkpoints`` (sweep numbers) from the model's prior draw, per kernel."""
+    import jax
+
+    from numpyro_hdphmm.infer import BeamSampler, WeakLimitGibbs
+
+    y = synthetic_data(T, 2)
+    out = {}
+    for cls in (BeamSampler, WeakLimitGibbs):
+        kernel = cls(fixed_model(K, mean_precision))
+        state = kernel.init(jax.random.key(seed), 0, None, (y,), {})
+
+        def body(s, _, kernel=kernel):
+            s = kernel.sample(s, (y,), {})
+            return s, s.num_states
+
+        _, used = _block(jax.jit(lambda s, body=body: jax.lax.scan(body, s, None, length=sweeps))(state))
+        used = np.asarray(used)
+        out[cls.__name__] = [int(state.num_states)] + [int(used[c - 1]) for c in checkpoints]
+    return out
 
 
 def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
-    """Set A from 10 states: ``(first sweep with <= 4 states per chain, final Hamming per chain,
-    ESS of num_states, ESS/s, seconds, overflow count)``."""
+    """Set A from 10 states: first sweep with exactly 4 states per chain, final Hamming per
+    chain, ESS of num_states over the last half and ESS/s (wall time of that half), seconds,
+    overflow count, final states, mean states in use over the last half."""
     import arviz as az
     import jax
     import jax.numpy as jnp
@@ -125,6 +174,8 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
     init = {"y_states": init_states}
     if cls.__name__ == "WeakLimitGibbs":
         init.update(_weak_limit_init(init_states, y, K))
+    elif cls.__name__ == "DirectAssignmentGibbs":
+        init["y_beta"] = _infinite_beta(num_chains, K)
     state = kernel.init(keys, 0, init, (y,), {})
 
     def body(s, _):
@@ -137,24 +188,46 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
     state, (num_states, overflow) = _block(compiled(state))
     seconds = time.perf_counter() - t0
     num_states = np.asarray(num_states).T  # (chains, sweeps)
-    reach = [int(np.argmax(ns <= 4)) + 1 if np.any(ns <= 4) else None for ns in num_states]
+    reach = [int(np.argmax(ns == 4)) + 1 if np.any(ns == 4) else None for ns in num_states]
     final = np.asarray(state.z["y_states"])
     hamming = [float(nh.diagnostics.hamming_distance(final[c], data.states)) for c in range(num_chains)]
     tail = num_states[:, sweeps // 2:].astype(float)
     ess = float(az.ess(tail)) if np.ptp(tail) > 0 else float("nan")
-    return {"reach": reach, "hamming": hamming, "ess": ess, "ess_per_s": ess / seconds, "seconds": seconds,
-            "overflow": int(np.sum(np.asarray(overflow))), "final_states": [int(n) for n in num_states[:, -1]]}
+    tail_s = seconds * (sweeps - sweeps // 2) / sweeps
+    occupancy = []
+    for c in range(num_chains):
+        labels, counts = np.unique(final[c], return_counts=True)
+        mu = np.asarray(state.z["y_mu"])[c, labels, 0]
+        occupancy.append(sorted(zip(np.round(mu.astype(float), 2).tolist(), counts.tolist())))
+    hyper = {k: np.round(np.asarray(state.z[k], float), 2).tolist() for k in ("gamma", "alpha")}
+    return {"reach": reach, "hamming": hamming, "ess": ess, "ess_per_s": ess / tail_s, "seconds": seconds,
+            "occupancy": occupancy, "hyper": hyper,
+            "overflow": int(np.sum(np.asarray(overflow))), "final_states": [int(n) for n in num_states[:, -1]],
+            "tail_mean": float(tail.mean()), "trace": num_states}
+
+
+def _infinite_beta(chains, K):
+    """``beta`` (slots, rest) for the 10-label start of the infinite-model kernels: the mean of
+    ``Dir(1, ..., 1, gamma)`` over (10 labels, rest) at the prior mean ``gamma = 0.5``."""
+    import jax.numpy as jnp
+
+    beta = np.zeros(K + 1)
+    beta[:10] = 1.0 / 10.5
+    beta[K] = 0.5 / 10.5
+    return jnp.asarray(np.tile(beta, (chains, 1)), jnp.float32)
 
 
 def _weak_limit_init(init_states, y, L):
     """Owned sites of WeakLimitGibbs consistent with the 10-label start (its own init draws
     them from the prior, and its first FFBS would discard the labels): beta uniform over the
     10 used labels (tiny elsewhere), rows at the smoothed empirical transition frequencies,
-    emission means at the per-label sample means, precisions 4."""
+    emission means at the per-label sample means (the other slots: draws from the prior
+    ``N(0, 2^2)``), precisions 4."""
     import jax.numpy as jnp
 
     chains, T = init_states.shape
     z = np.asarray(init_states)
+    rng = np.random.default_rng(1)
     beta = np.full(L + 1, 1e-3)
     beta[:10] = 1.0
     beta[L] = 0.0
@@ -166,7 +239,7 @@ def _weak_limit_init(init_states, y, L):
         n[L, z[c, 0]] += 1.0
         n[:, L] = 0.0
         trans.append(n / n.sum(-1, keepdims=True))
-        mu = np.zeros((L, 1))
+        mu = rng.normal(scale=2.0, size=(L, 1))
         for k in range(10):
             mu[k, 0] = y[z[c] == k, 0].mean()
         mus.append(mu)
@@ -175,91 +248,160 @@ def _weak_limit_init(init_states, y, L):
             "y_precision": f32(np.full((chains, L, 1), 4.0))}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller grid, 300 sweeps on set A")
-    parser.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
-    parser.add_argument("--repeats", type=int, default=10, help="timed sweeps per configuration (median)")
-    args = parser.parse_args()
-
-    import jax
-
-    from numpyro_hdphmm.infer import BeamSampler, WeakLimitGibbs
-
-    def say(msg=""):
-        print(msg, flush=True)
-
-    Ts = [1000, 10000] if args.quick else [1000, 10000, 100000]
-    Ks = [10, 30]
-    grid = {}
-    for T in Ts:
-        y = synthetic_data(T, 2)
-        for K in Ks:
-            beam = time_sweeps(BeamSampler, fixed_model(K), y, repeats=args.repeats)
-            weak = time_sweeps(WeakLimitGibbs, fixed_model(K), y, repeats=args.repeats)
-            grid[(T, K)] = (beam, weak)
-            say(f"T={T:>6} K={K:>3}: beam {beam[0] * 1e3:8.2f} ms ({beam[2]:.1f} instantiated, compile {beam[1]:.0f} s), "
-                f"weak limit {weak[0] * 1e3:8.2f} ms, ratio {beam[0] / weak[0]:.2f}")
-
-    scaling = {}
-    for segments in (2, 10, 20):
-        y = synthetic_data(10000, 2, num_segments=segments)
-        scaling[segments] = time_sweeps(BeamSampler, fixed_model(40), y, repeats=args.repeats)
-        med, comp, inst, used = scaling[segments]
-        say(f"T=10000 capacity 40, {segments:>2} segments: {med * 1e3:.2f} ms, {inst:.1f} instantiated, {used} used")
-
-    sweeps = 300 if args.quick else 1000
-    set_a = {}
-    for cls in (BeamSampler, WeakLimitGibbs):
-        set_a[cls.__name__] = r = set_a_run(cls, 40, sweeps)
-        say(f"set A {cls.__name__}: reach 4 states at sweeps {r['reach']}, Hamming {np.round(r['hamming'], 3).tolist()}, "
-            f"final states {r['final_states']}, ESS(num_states) {r['ess']:.1f}, {r['ess_per_s']:.2f}/s, "
-            f"{r['seconds']:.1f} s, overflow sweeps {r['overflow']}")
-
-    ms = lambda v: f"{v * 1e3:.2f}"
+def set_a_text(set_a, sweeps):
     lines = [
-        f"Device: `{jax.devices()[0].device_kind}` ({jax.default_backend()}), float32, {os.cpu_count()} CPU cores, "
-        f"jax {jax.__version__}. Milliseconds per sweep: median over repeats of a jitted `kernel.sample` after "
-        "warm-up and compilation. `BeamSampler` with capacity K against `WeakLimitGibbs` with L = K (both "
-        "cost O(T K^2) over the slots); 2-D Gaussian emissions, constant gamma = 1, alpha = 1, kappa = 10, "
-        "10 well-separated segments.",
+        f"Non-sticky iHMM, alpha ~ Gamma(4, 1), gamma ~ Gamma(3, 6) (the beam toolbox's hyperpriors), precision "
+        f"nearly fixed at 4, mean ~ N(0, 2^2); T = 4000, 4 true states; 4 vectorized chains started from 10 states "
+        f"(uniform random labels), {sweeps} sweeps, capacity / L = 40. Sweeps to reach 4 states: first sweep with "
+        f"exactly 4 states in use (- : never). ESS of `num_states` over the last {sweeps - sweeps // 2} sweeps; "
+        "ESS/s divides it by the wall time of those sweeps (4 chains).",
         "",
-        "| T | K | beam (ms) | instantiated | weak limit (ms) | ratio (target <= 1.5) |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for (T, K), (beam, weak) in sorted(grid.items()):
-        lines.append(f"| {T} | {K} | {ms(beam[0])} | {beam[2]:.1f} | {ms(weak[0])} | {beam[0] / weak[0]:.2f} |")
-    lines += [
-        "",
-        "Scaling with the number of instantiated states (T = 10000, capacity 40; the cost follows the capacity):",
-        "",
-        "| true segments | beam (ms) | instantiated (mean) | used at the end |",
-        "|---:|---:|---:|---:|",
-    ]
-    for seg, (med, _, inst, used) in sorted(scaling.items()):
-        lines.append(f"| {seg} | {ms(med)} | {inst:.1f} | {used} |")
-    lines += [
-        "",
-        f"PGAS synthetic set A (T = 4000, 4 states; non-sticky iHMM, alpha ~ Gamma(4, 1), gamma ~ Gamma(3, 6), "
-        f"precision nearly fixed at 4, mean ~ N(0, 2^2)); 4 vectorized chains started from 10 states, {sweeps} "
-        f"sweeps, capacity / L = 40; ESS of `num_states` over the last {sweeps // 2} sweeps:",
-        "",
-        "| kernel | sweeps to reach 4 states (per chain) | Hamming after the last sweep | final states | ESS | ESS/s | s |",
-        "|---|---|---|---|---:|---:|---:|",
+        "| kernel | sweeps to reach 4 states (per chain) | Hamming after the last sweep | final states "
+        "| mean states (last half) | ESS | ESS/s | s |",
+        "|---|---|---|---|---:|---:|---:|---:|",
     ]
     for name, r in set_a.items():
         reach = ", ".join("-" if v is None else str(v) for v in r["reach"])
         ham = ", ".join(f"{h:.3f}" for h in r["hamming"])
         fin = ", ".join(str(v) for v in r["final_states"])
-        lines.append(f"| {name} | {reach} | {ham} | {fin} | {r['ess']:.1f} | {r['ess_per_s']:.2f} | {r['seconds']:.1f} |")
-    if set_a["BeamSampler"]["overflow"]:
-        lines.append(f"\nBeam overflow (capacity reached) in {set_a['BeamSampler']['overflow']} chain-sweeps.")
-    text = "\n".join(lines)
+        lines.append(f"| {name} | {reach} | {ham} | {fin} | {r['tail_mean']:.2f} | {r['ess']:.1f} "
+                     f"| {r['ess_per_s']:.3f} | {r['seconds']:.1f} |")
+    over = {name: r["overflow"] for name, r in set_a.items() if r["overflow"]}
+    if over:
+        lines.append("\nOverflow (capacity reached) in " + ", ".join(f"{n}: {v}" for n, v in over.items())
+                     + " chain-sweeps.")
+    return "\n".join(lines)
+
+
+def write_set_a_subsection(command, text):
+    """Replace only the set A subsection of the "Beam sampler" section of docs/benchmarks.md."""
+    path = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks.md"))
+    body = open(path).read()
+    block = f"{SET_A_HEADING}\n\nGenerated by `{command}`.\n\n{text}\n"
+    pattern = re.compile(re.escape(SET_A_HEADING) + r".*?(?=\n### |\n## |\Z)", re.S)
+    if not pattern.search(body):
+        raise SystemExit(f"no '{SET_A_HEADING}' subsection in {path}: run the full benchmark with --write first")
+    body = pattern.sub(lambda _: block, body, count=1)
+    with open(path, "w") as fh:
+        fh.write(body)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller grid, 300 sweeps on set A")
+    parser.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
+    parser.add_argument("--repeats", type=int, default=10, help="timed sweeps per configuration (median)")
+    parser.add_argument("--set-a-only", action="store_true", help="only the set A study")
+    parser.add_argument("--set-a-sweeps", type=int, default=None, help="sweeps on set A (default 1000, quick 300)")
+    args = parser.parse_args()
+
+    import jax
+
+    from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
+
+    def say(msg=""):
+        print(msg, flush=True)
+
+    sweeps = args.set_a_sweeps or (300 if args.quick else 1000)
+    device = (f"Device: `{jax.devices()[0].device_kind}` ({jax.default_backend()}), float32, {os.cpu_count()} CPU "
+              f"cores, jax {jax.__version__}; load average {os.getloadavg()[0]:.1f} at the start (shared machine: "
+              "timings vary between runs, read the ratios as rough).")
+    lines = [device, ""]
+    if not args.set_a_only:
+        Ts = [1000, 10000] if args.quick else [1000, 10000, 100000]
+        grid = {}
+        for T in Ts:
+            y = synthetic_data(T, 2)
+            for K in (10, 30):
+                grid[(T, K)] = r = time_pair(K, y, segments(T), repeats=args.repeats)
+                beam, weak = r["BeamSampler"], r["WeakLimitGibbs"]
+                say(f"T={T:>6} K={K:>3}: beam {beam[0] * 1e3:8.2f} ms ({beam[2]:.1f} instantiated, {beam[3]} used, "
+                    f"compile {beam[1]:.0f} s), weak limit {weak[0] * 1e3:8.2f} ms ({weak[3]} used), "
+                    f"ratio {beam[0] / weak[0]:.2f}")
+        scaling = {}
+        for num_seg in (2, 10, 20):
+            y = synthetic_data(10000, 2, num_segments=num_seg)
+            scaling[num_seg] = r = time_pair(40, y, segments(10000, num_seg), repeats=args.repeats)
+            say(f"T=10000 capacity 40, {num_seg:>2} segments: beam {r['BeamSampler'][0] * 1e3:.2f} ms "
+                f"({r['BeamSampler'][2]:.1f} instantiated, {r['BeamSampler'][3]} used), weak limit "
+                f"{r['WeakLimitGibbs'][0] * 1e3:.2f} ms")
+        disc_sweeps = 200 if args.quick else 1000
+        checkpoints = [c for c in (10, 50, 200, 1000) if c <= disc_sweeps]
+        disc = {}
+        for mp in (None, 1.0):
+            disc[mp] = d = discovery(1000, 30, disc_sweeps, checkpoints, mean_precision=mp)
+            say(f"discovery (mean_precision {0.01 if mp is None else mp}): {d}")
+
+        ms = lambda v: f"{v * 1e3:.2f}"
+        lines += [
+            "Milliseconds per sweep: median over repeats of a jitted `kernel.sample` after compilation and 10 "
+            "warm-up sweeps, the two kernels timed alternately in one process. `BeamSampler` with capacity K "
+            "against `WeakLimitGibbs` with L = K (both cost O(T K^2) over the slots); 2-D Gaussian emissions "
+            "(`GaussianNIW.weakly_informative`), constant gamma = 1, alpha = 1, kappa = 10, 10 well-separated "
+            "segments; both chains start from the true segmentation (from the model's prior draw the beam "
+            "sampler needs hundreds of sweeps to find the segments, see the discovery table below).",
+            "",
+            "| T | K | beam (ms) | instantiated | used | weak limit (ms) | ratio (target <= 1.5) |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for (T, K), r in sorted(grid.items()):
+            beam, weak = r["BeamSampler"], r["WeakLimitGibbs"]
+            lines.append(f"| {T} | {K} | {ms(beam[0])} | {beam[2]:.1f} | {beam[3]} | {ms(weak[0])} "
+                         f"| {beam[0] / weak[0]:.2f} |")
+        lines += [
+            "",
+            "Scaling with the number of instantiated states (T = 10000, capacity 40, started from the true "
+            "segmentation; the cost follows the capacity):",
+            "",
+            "| true segments | beam (ms) | instantiated (mean) | used at the end | weak limit (ms) |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for num_seg, r in sorted(scaling.items()):
+            med, _, inst, used = r["BeamSampler"]
+            lines.append(f"| {num_seg} | {ms(med)} | {inst:.1f} | {used} | {ms(r['WeakLimitGibbs'][0])} |")
+        lines += [
+            "",
+            f"State discovery from the model's prior draw (T = 1000, 10 true segments, K = L = 30): states in use "
+            f"at the start and after {', '.join(map(str, checkpoints))} sweeps. The prior draw of this sticky model "
+            "uses 1 state; a new beam state gets its emission parameters from the prior and must be admitted by "
+            "the slice of every step of a segment, so discovery is slow, more so with the benchmark's broad prior "
+            "on the means (`mean_precision = 0.01`: ~50 data standard deviations). Started from the true "
+            "segmentation the beam sampler keeps the 10 states.",
+            "",
+            "| prior mean_precision | kernel | " + " | ".join(["start"] + [f"{c} sweeps" for c in checkpoints]) + " |",
+            "|---:|---|" + "---:|" * (len(checkpoints) + 1),
+        ]
+        for mp, d in disc.items():
+            for name, used in d.items():
+                lines.append(f"| {0.01 if mp is None else mp} | {name} | " + " | ".join(map(str, used)) + " |")
+        lines.append("")
+
+    set_a = {}
+    for cls in (BeamSampler, WeakLimitGibbs, DirectAssignmentGibbs):
+        set_a[cls.__name__] = r = set_a_run(cls, 40, sweeps)
+        say(f"set A {cls.__name__}: reach 4 states at sweeps {r['reach']}, Hamming {np.round(r['hamming'], 3).tolist()}, "
+            f"final states {r['final_states']}, mean states (last half) {r['tail_mean']:.2f}, ESS(num_states) "
+            f"{r['ess']:.1f}, {r['ess_per_s']:.3f}/s, {r['seconds']:.1f} s, overflow sweeps {r['overflow']}")
+        say(f"   final gamma, alpha: {r['hyper']}")
+        for c, occ in enumerate(r["occupancy"]):
+            say(f"   chain {c} final (mean, steps) per state: {occ}")
+        every = max(1, sweeps // 10)
+        say("   num_states every %d sweeps: %s" % (every, r["trace"][:, every - 1::every].tolist()))
+    set_a_block = set_a_text(set_a, sweeps)
     say()
+    cmd = "python benchmarks/bench_beam.py" + (" --quick" if args.quick else "")
+    if args.set_a_only:
+        cmd += " --set-a-only" + (f" --set-a-sweeps {args.set_a_sweeps}" if args.set_a_sweeps else "") + " --write"
+        text = f"{device}\n\n{set_a_block}"
+        say(text)
+        if args.write:
+            say(f"wrote {write_set_a_subsection(cmd, text)}")
+        return
+    text = "\n".join(lines + [f"{SET_A_HEADING}", "", set_a_block])
     say(text)
     if args.write:
-        cmd = "python benchmarks/bench_beam.py" + (" --quick" if args.quick else "") + " --write"
-        say(f"wrote {write_section(SECTION, cmd, text)}")
+        say(f"wrote {write_section(SECTION, cmd + ' --write', text)}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from jax import lax, random
 from jax.scipy.special import gammaln
 from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
-from numpyro.distributions.util import promote_shapes, validate_sample
+from numpyro.distributions.util import validate_sample
 
 from numpyro_hdphmm._core.hmm import _categorical, hmm_marginal_loglik
 from numpyro_hdphmm._core.validation import (
@@ -125,6 +125,16 @@ class GEM(_GlobalWeights):
 
     Sampling is in log space (``log(1 - v) = log(U) / gamma``), so weights far down the stick
     underflow gracefully instead of producing NaN.
+
+    A weight that is exactly 0 marks a slot holding no atom: the kernels of the infinite model
+    (``DirectAssignmentGibbs``, ``BeamSampler``) represent only the instantiated states, in slots
+    with gaps, plus the remainder.  Such a slot's factor is left out of ``log_prob``, which is then
+    the density of the represented sticks: in ``gamma`` it is ``gamma^K beta_rem^(gamma - 1)``
+    with ``K`` the number of positive weights, which is the conditional of ``gamma`` given the
+    represented weights in the infinite model (given the tables,
+    ``(beta_1..beta_K, beta_rem) ~ Dir(m_.1, ..., m_.K, gamma)`` and ``p(m | gamma) ∝ gamma^K
+    Gamma(gamma) / Gamma(gamma + m..)``, Teh et al. 2006 eqs. 37-40).  A hyperprior on ``gamma``
+    that the kernels update by NUTS (any prior but a Gamma) therefore sees the right density.
     """
 
     def _log_weights(self, key, sample_shape):
@@ -148,7 +158,8 @@ class GEM(_GlobalWeights):
         log_ratio = log_s[..., 1:] - log_s[..., :-1]  # log(1 - v_k), k = 1..K
         gamma = jnp.expand_dims(self.concentration, -1)
         terms = jnp.log(gamma) + (gamma - 1.0) * log_ratio - log_s[..., :-1]
-        return jnp.sum(terms, -1)
+        # a slot whose weight is exactly 0 holds no atom (see the class docstring)
+        return jnp.sum(jnp.where(value[..., :-1] > 0, terms, 0.0), -1)
 
     @property
     def mean(self):

@@ -42,7 +42,6 @@ hold).
 
 from __future__ import annotations
 
-import operator
 from typing import Callable, Dict, Optional, Union
 
 import jax
@@ -51,7 +50,7 @@ import numpy as np
 from jax import lax, random
 from numpyro import handlers
 
-from numpyro_hdphmm._core.validation import is_concrete
+from numpyro_hdphmm._core.validation import check_static_int, is_concrete
 from numpyro_hdphmm.distributions import EmissionLikelihood
 from numpyro_hdphmm.emissions import _mniw
 from numpyro_hdphmm.emissions.autoregressive import AutoRegressive
@@ -226,12 +225,7 @@ def forecast(
         ``pi_{z_{T+s-1}, K}`` that step ``s`` would have left the instantiated states (0 under
         the weak limit), and ``S`` is replaced by ``(chains, draws)`` when ``batch_ndims=2``.
     """
-    try:
-        steps = operator.index(steps)
-    except TypeError:
-        raise ValueError(f"`steps` must be an integer >= 1, got {steps!r}.") from None
-    if steps < 1:
-        raise ValueError(f"`steps` must be an integer >= 1, got {steps}.")
+    steps = check_static_int("steps", steps)
     if batch_ndims not in (1, 2):
         raise ValueError(f"`batch_ndims` must be 1 or 2, got {batch_ndims!r}.")
     if not isinstance(posterior_samples, dict):

@@ -79,6 +79,17 @@ def test_gem_underflow_is_finite():
     assert np.all(np.isfinite(np.asarray(d.log_prob(s))))
 
 
+def test_gem_zero_weights_are_empty_slots():
+    """Slots with weight exactly 0 hold no atom: the density is that of the represented sticks,
+    so its gamma-dependence is gamma^K beta_rem^(gamma - 1) with K the positive weights."""
+    gapped = jnp.array([0.2, 0.0, 0.3, 0.0, 0.0, 0.5])
+    for gamma in (0.5, 2.0):
+        np.testing.assert_allclose(nh.GEM(gamma, 5).log_prob(gapped),
+                                   nh.GEM(gamma, 2).log_prob(jnp.array([0.2, 0.3, 0.5])), rtol=1e-12)
+    diff = nh.GEM(2.0, 5).log_prob(gapped) - nh.GEM(0.5, 5).log_prob(gapped)
+    np.testing.assert_allclose(diff, 2 * np.log(2.0 / 0.5) + 1.5 * np.log(0.5), rtol=1e-12)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, np.nan])
 def test_gem_rejects_bad_concentration(bad):
     with pytest.raises(ValueError, match="concentration"):

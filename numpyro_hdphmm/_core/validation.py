@@ -7,6 +7,8 @@ checks are skipped (shape checks still run, shapes being static).  Every failure
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +33,20 @@ def is_concrete(*values) -> bool:
 
 def _np(value):
     return np.asarray(value)
+
+
+def check_static_int(name: str, value, minimum: int = 1) -> int:
+    """A static (Python or NumPy, possibly 0-d array) integer ``>= minimum``, as ``int``; booleans
+    and non-integers raise a ``ValueError`` that names the argument."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.") from None
+    if value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value}.")
+    return int(value)
 
 
 def check_positive(name: str, value) -> None:

@@ -25,7 +25,6 @@ centre data whose mean is large relative to its spread.
 from __future__ import annotations
 
 import functools
-import operator
 from typing import NamedTuple, Tuple
 
 import jax
@@ -33,6 +32,7 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 
 from numpyro_hdphmm._core.validation import (
+    check_static_int,
     check_finite,
     check_positive_definite,
     check_shape,
@@ -72,12 +72,7 @@ class AutoRegressive(EmissionFamily):
     _hyper_names = ("loc", "col_precision", "df", "scale")
 
     def __init__(self, order, loc, col_precision, df, scale, affine: bool = True):
-        try:
-            order = operator.index(order)
-        except TypeError:
-            raise ValueError(f"`order` must be an integer >= 1, got {order!r}.") from None
-        if isinstance(order, bool) or order < 1:
-            raise ValueError(f"`order` must be an integer >= 1, got {order}.")
+        order = check_static_int("order", order)
         affine = bool(affine)
         dtype = jnp.result_type(float)
         loc = jnp.asarray(loc, dtype)
@@ -270,12 +265,7 @@ class AutoRegressive(EmissionFamily):
         data = jnp.asarray(data, jnp.result_type(float))
         if jnp.ndim(data) < 2:
             raise ValueError(f"`data` must have shape (..., T, D), got {jnp.shape(data)}.")
-        try:
-            order = operator.index(order)
-        except TypeError:
-            raise ValueError(f"`order` must be an integer >= 1, got {order!r}.") from None
-        if order < 1:
-            raise ValueError(f"`order` must be an integer >= 1, got {order}.")
+        order = check_static_int("order", order)
         D = data.shape[-1]
         m = D * order + int(bool(affine))
         second, resid_cov = _weakly_informative_moments(data, order, bool(affine))

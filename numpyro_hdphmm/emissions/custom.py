@@ -17,9 +17,11 @@ kernels' inner kernel (NUTS by default) updates from ``p(theta | z, y)``, i.e. t
 user's prior and ``prod_t f(y_t | theta_{z_t})`` (Fox et al. eq. 42 without conjugacy).  The
 blocked samplers (``WeakLimitGibbs``) only need the ``(T, K)`` log-likelihood
 matrix ``log f(y_t | theta_k)`` for forward filtering / backward sampling (Fox et al. eqs.
-43-48); the collapsed direct-assignment sampler integrates ``theta`` out (Fox et al. eq. 30 /
-Teh et al. posterior predictive), which has no closed form here, so every conjugate-only method
-raises ``NotImplementedError``.
+43-48); the infinite-model kernels (``BeamSampler``, ``DirectAssignmentGibbs``) also use it and
+never relabel the states of such a model, because the parameters of a slot are the user's
+values, which the kernel cannot move.  The collapsed direct-assignment sampler falls back to
+this uncollapsed step: its posterior predictive (Fox et al. eq. 30) has no closed form here, so
+every conjugate-only method raises ``NotImplementedError``.
 
 Pytree: the child is the distribution ``fn(arange(K))`` (its parameters are the user's, possibly
 traced, site values); the auxiliary data is ``K``.  The callable itself is not part of the
@@ -30,7 +32,6 @@ in NumPyro's sense (every built-in distribution is: ``pytree_data_fields``).
 
 from __future__ import annotations
 
-import operator
 from typing import Tuple
 
 import jax
@@ -39,15 +40,15 @@ import numpy as np
 from jax import lax
 from numpyro.distributions.distribution import Distribution
 
-from numpyro_hdphmm._core.validation import is_concrete
+from numpyro_hdphmm._core.validation import check_static_int, is_concrete
 from numpyro_hdphmm.emissions.base import EmissionFamily
 
 __all__ = ["CustomEmission"]
 
 _NOT_CONJUGATE = (
-    "CustomEmission.{method}: emissions written as a NumPyro distribution have no conjugate prior, so the "
-    "collapsed (direct-assignment) kernel cannot integrate their parameters out. Use WeakLimitGibbs, which "
-    "keeps the parameters explicit (the user's sites, updated by the inner NUTS kernel)."
+    "CustomEmission.{method}: emissions written as a NumPyro distribution have no conjugate prior, so their "
+    "parameters cannot be integrated out; the kernels keep them explicit (the user's sites, updated by the "
+    "inner NUTS kernel) and only need log_likelihoods."
 )
 
 
@@ -76,14 +77,7 @@ class CustomEmission(EmissionFamily):
                     "`emission` must be an EmissionFamily or a callable k -> numpyro Distribution, "
                     f"got {type(fn).__name__}."
                 )
-            if isinstance(num_states, (bool, np.bool_)):
-                raise ValueError(f"`num_states` must be a Python integer >= 1, got {num_states!r}.")
-            try:
-                num_states = operator.index(num_states)
-            except TypeError:
-                raise ValueError(f"`num_states` must be a Python integer >= 1, got {num_states!r}.") from None
-            if num_states < 1:
-                raise ValueError(f"`num_states` must be >= 1, got {num_states}.")
+            num_states = check_static_int("num_states", num_states)
             d = fn(jnp.arange(num_states))
             if not isinstance(d, Distribution):
                 raise ValueError(
@@ -183,8 +177,8 @@ class CustomEmission(EmissionFamily):
 
         Returning the empty draw (rather than raising) lets :meth:`StickyHDPHMM.sample` draw
         synthetic data at the user's parameter values.  (A kernel that instantiates a state in a
-        slot then uses the user's current value for that slot, which is valid only if the kernel
-        never relabels slots: it cannot move the user's sites along with the states.)
+        free slot uses the user's current value for that slot, a prior draw at stationarity, and
+        never relabels the slots: it cannot move the user's sites along with the states.)
         """
         return {}
 

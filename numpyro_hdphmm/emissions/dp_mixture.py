@@ -199,6 +199,11 @@ class DPMixture(EmissionFamily):
             )
         if tuple(base_family.batch_shape) != ():
             raise ValueError(f"`base_family` must be a prior (batch shape ()), got batch shape {base_family.batch_shape}.")
+        if not base_family.param_names:
+            raise ValueError(
+                f"`base_family` must be a conjugate family with parameters of its own (e.g. GaussianNIW), got "
+                f"{type(base_family).__name__}; write a mixture emission as a callable over your own sites instead."
+            )
         if "weights" in base_family.param_names:
             raise ValueError("`base_family` must not have a parameter named 'weights' (the mixture weights' name).")
         if jnp.ndim(concentration) != 0:

@@ -26,7 +26,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax import lax
 from numpyro.distributions import constraints
-from numpyro.distributions.util import promote_shapes, validate_sample
+from numpyro.distributions.util import validate_sample
 
 from numpyro_hdphmm._core.special import vmf_log_normalizer, vmf_mean_resultant_length
 from numpyro_hdphmm._core.validation import (

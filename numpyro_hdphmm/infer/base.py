@@ -32,15 +32,18 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from jax import random
+from jax.scipy.special import gammaln
 from numpyro import handlers
+from numpyro.distributions import constraints
 from numpyro.infer import NUTS
 from numpyro.infer.gibbs import conditioned, latent_sample_sites, with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import log_density
+from numpyro.primitives import Messenger
 from numpyro.util import is_prng_key
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.distributions import EmissionLikelihood
+from numpyro_hdphmm.distributions import EmissionLikelihood, sample_dirichlet
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["HDPState", "HDPSites", "HyperUpdates", "ModelView", "HDPKernel"]
@@ -156,6 +159,97 @@ def flatten_time(x):
     """Merge the sequence and time axes ``(N, T, ...) -> (N * T, ...)`` of every leaf (the
     prepared observations of all sequences as one time axis)."""
     return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
+
+
+def canonical_order(z_flat, in_range, num_states: int):
+    """``(new_of_old (K,), old_of_new (K,))``: relabel the states by first appearance in
+    ``z_flat`` (steps outside ``in_range`` ignored), unused slots last."""
+    steps = z_flat.shape[0]
+    first_seen = jnp.full(num_states, steps, jnp.int32).at[jnp.where(in_range, z_flat, num_states)].min(
+        jnp.arange(steps, dtype=jnp.int32), mode="drop"
+    )
+    old_of_new = jnp.argsort(first_seen, stable=True).astype(jnp.int32)
+    new_of_old = jnp.zeros(num_states, jnp.int32).at[old_of_new].set(jnp.arange(num_states, dtype=jnp.int32))
+    return new_of_old, old_of_new
+
+
+def row_concentrations(beta, alpha, kappa, n, first):
+    """``(K+1, K+1)`` concentrations of the rows' conditionals given the states: ``alpha beta +
+    kappa e_j + n_j.`` for the state rows and ``alpha beta + n_0.`` for the start row (last), the
+    last column being the mass of the states not represented (Fox et al. eqs. 37, 41)."""
+    num_states = beta.shape[0] - 1
+    sticky = jnp.eye(num_states + 1, dtype=beta.dtype).at[num_states, num_states].set(0.0)
+    return alpha * beta[None, :] + kappa * sticky + row_counts(n, first, beta.dtype)
+
+
+def row_counts(n, first, dtype):
+    """The transition counts ``n (K, K)`` and start counts ``first (K,)`` as the ``(K+1, K+1)``
+    count matrix of the rows (start row last, nothing in the remainder column)."""
+    num_states = first.shape[0]
+    counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
+    return counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
+
+
+def _log_dirichlet_multinomial(conc, counts):
+    """``sum_j log [Gamma(c_j.) / Gamma(c_j. + n_j.) prod_k Gamma(c_jk + n_jk) / Gamma(c_jk)]``: the
+    probability of the transitions with the rows ``Dir(c_j)`` integrated out; an atom with zero
+    concentration takes no transition (``-inf`` if it does)."""
+    positive = conc > 0
+    safe = jnp.where(positive, conc, 1.0)
+    atoms = jnp.where(positive, gammaln(safe + counts) - gammaln(safe), jnp.where(counts > 0, -jnp.inf, 0.0))
+    total = jnp.sum(conc, -1)
+    return jnp.sum(gammaln(total) - gammaln(total + jnp.sum(counts, -1)) + jnp.sum(atoms, -1))
+
+
+class _CollapsedChain(dist.Distribution):
+    """The states site of the inner kernel's model: the log-probability of the observed states
+    with the transition rows integrated out (:func:`_log_dirichlet_multinomial` of their counts),
+    put on the first element of the batch (it does not factor over sequences)."""
+
+    support = constraints.nonnegative_integer
+
+    def __init__(self, conc, lengths, batch_shape, event_shape):
+        self.conc, self.lengths = conc, lengths
+        super().__init__(batch_shape=batch_shape, event_shape=event_shape)
+
+    def sample(self, key, sample_shape=()):
+        raise NotImplementedError("the collapsed states site is observed (conditioned) in the inner model")
+
+    def log_prob(self, value):
+        num_states = self.conc.shape[-1] - 1
+        n, first = crp.transition_counts(value, num_states, self.lengths)
+        total = _log_dirichlet_multinomial(self.conc, row_counts(n, first, self.conc.dtype))
+        return jnp.zeros(self.batch_shape, total.dtype).at[(0,) * len(self.batch_shape)].set(total) if self.batch_shape else total
+
+
+class _CollapseRows(Messenger):
+    """The model as the inner kernel sees it: the transition rows integrated out.
+
+    The ``{name}_trans`` site contributes nothing and the ``{name}_states`` site the probability of
+    the states given ``alpha``, ``beta``, ``kappa`` with the rows integrated out (Dirichlet-
+    multinomial, Fox et al. eq. 37's normalizers).  The inner kernel then updates every site that
+    shapes the rows (hyperpriors without an exact update, however the model computes ``alpha`` and
+    ``kappa``) from its conditional with the rows integrated out, and the kernel redraws the rows
+    from ``Dir(alpha beta + kappa e_j + n_j.)`` afterwards (a partially collapsed Gibbs block).
+    Evaluating the rows' Dirichlet density instead is inexact in floating point: a row entry
+    whose concentration is tiny (``alpha beta_k`` for an unused weak-limit state) underflows to 0,
+    and the density at the clamped value drives ``alpha`` upwards without bound.
+    """
+
+    def __init__(self, fn=None):
+        self._conc = None
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] != "sample":
+            return
+        role = (msg.get("infer") or {}).get(HDP_ROLE)
+        if role == "trans":
+            self._conc = msg["fn"].concentration
+            msg["fn"] = msg["fn"].mask(False)
+        elif role == "states" and self._conc is not None:
+            chain = msg["fn"]
+            msg["fn"] = _CollapsedChain(self._conc, chain.lengths, tuple(chain.batch_shape), tuple(chain.event_shape))
 
 
 def _prior_trace(model, rng_key, model_args, model_kwargs):
@@ -518,9 +612,21 @@ class HDPKernel(MCMCKernel):
         )
 
     def _make_inner(self):
+        inner_model = conditioned(_CollapseRows(self._inference_model))
         if self._inner_proto is None:
-            return NUTS(conditioned(self._inference_model))
-        return self._inner_proto.wrap_model(lambda m: conditioned(self._inference_model))
+            return NUTS(inner_model)
+        return self._inner_proto.wrap_model(lambda m: inner_model)
+
+    def _redraw_rows(self, rng_key, z, model_args, model_kwargs):
+        """The rows from ``Dir(alpha beta + kappa e_j + n_j.)`` at the values after the inner
+        kernel's update (which saw them integrated out, see :class:`_CollapseRows`)."""
+        sites = self._sites
+        view = self._view(model_args, model_kwargs, z)
+        states = z[sites.states] if sites.batched else z[sites.states][None]
+        beta = z[sites.beta]
+        n, first = crp.transition_counts(states, sites.num_states, view.lengths)
+        conc = row_concentrations(beta, jnp.asarray(view.alpha, beta.dtype), jnp.asarray(view.kappa, beta.dtype), n, first)
+        return {**z, sites.trans: sample_dirichlet(rng_key, conc).astype(z[sites.trans].dtype)}
 
     def _sample_one(self, state: HDPState, model_args, model_kwargs) -> HDPState:
         key_sweep, key_next = random.split(state.rng_key)
@@ -539,6 +645,7 @@ class HDPKernel(MCMCKernel):
             z.update({k: inner_z[k] for k in self._inner_sites})
             accept_prob = jnp.asarray(getattr(inner_state, "accept_prob", accept_prob), accept_prob.dtype)
             diverging = jnp.asarray(getattr(inner_state, "diverging", diverging), bool)
+            z = self._redraw_rows(random.fold_in(key_sweep, 1), z, model_args, model_kwargs)
         return self._state(z, model_args, model_kwargs, overflow, accept_prob, diverging, aux, inner_state, key_next)
 
     # ------------------------------------------------------------------ shared updates

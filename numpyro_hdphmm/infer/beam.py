@@ -27,7 +27,8 @@ Sec. 3, with Fox et al.'s sticky prior):
    ``p(z_t | y_{1:t}, u_{1:t}) ∝ p(y_t | z_t) sum_{z_{t-1}} 1[u_t < pi_{z_{t-1} z_t}]
    p(z_{t-1} | y_{1:t-1}, u_{1:t-1})``), see :func:`slice_ffbs`;
 4. compaction: unused states are dropped (their ``beta`` mass joins ``beta_rem``) and the used
-   ones relabelled by first appearance (sequence by sequence, in time order);
+   ones relabelled by first appearance (sequence by sequence, in time order), except for
+   custom emissions, whose parameters are the user's sites: their states keep their slots;
 5. emission parameters from their conjugate posteriors
    (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.update_parameters`); free slots get
    prior draws;
@@ -48,23 +49,28 @@ The FFBS is written here rather than taken from :mod:`numpyro_hdphmm._core.hmm`:
 transitions the rescaled pass of :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`
 exponentiates the emissions before it knows which states are reachable and underflows (and
 then refuses the draw) whenever the best reachable state is ~44 nats (float32) worse than the
-best instantiated one, which is common away from the posterior mode; the pass here combines the
-reachable mass with the emissions in log space, builds ``1[pi > u_t]`` inside the scan (no
-``(T, K, K)`` tensor) and is tested against the core routines.
+best instantiated one, which is common away from the posterior mode; the pass here runs the same
+rescaled recursion and, only when it underflows, redoes it with the emissions exponentiated
+relative to the best reachable state of each step (exact for any spread), builds
+``1[pi > u_t]`` inside the scan (no ``(T, K, K)`` tensor) and is tested against the core routines.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax, random
 
 from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core.hmm import _padded_size
 from numpyro_hdphmm.distributions import GEM
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, flatten_time
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, canonical_order, flatten_time, row_concentrations
 
 __all__ = ["BeamSampler", "BeamInfo", "beam_sweep", "slice_ffbs", "compact_states"]
 
@@ -209,61 +215,147 @@ def extend_sticks(rng_key, inst, beta, trans, params, prior_params, log_u, gamma
 
 
 # ------------------------------------------------------------------------------------ FFBS
+# XLA:CPU inside a loop (measured, jax 0.10): a reduction over more than 32 entries is not fused
+# with the ops producing its input (they are materialized first), and under vmap one with
+# >= 4096 entries becomes a library call; both cost 3-5x.  The helpers below keep every
+# reduction at <= 32 entries (and 8 rows at a time) by summing blocks of 8 elementwise.
+def _block_sum(x):
+    """Sum over the last axis (length ``<= 16`` or a multiple of 8); every reduction <= 8 wide
+    except the last (<= 16 or <= 32 for up to 256 entries)."""
+    n = x.shape[-1]
+    if n <= 16:
+        return jnp.sum(x, -1)
+    return jnp.sum(functools.reduce(operator.add, [x[..., i:i + 8] for i in range(0, n, 8)]), -1)
+
+
+def _block_max(x):
+    n = x.shape[-1]
+    if n <= 16:
+        return jnp.max(x, -1)
+    return jnp.max(functools.reduce(jnp.maximum, [x[..., i:i + 8] for i in range(0, n, 8)]), -1)
+
+
 def _inverse_cdf(weights, u):
     """Index drawn with probabilities proportional to ``weights >= 0`` (``u`` uniform on
-    ``(0, 1]``); zero-weight entries are never chosen.  Also returns whether the total is 0."""
-    cs = jnp.cumsum(weights)
-    index = jnp.minimum(jnp.sum(cs < u * cs[-1]), weights.shape[-1] - 1).astype(jnp.int32)
-    return index, cs[-1] <= 0
+    ``(0, 1]``), ``#{k : cs_k < u cs_last}`` with ``cs`` the cumulative sums; zero-weight
+    entries are never chosen (their cumulative sum equals the previous one bitwise).  For more
+    than 16 weights (a multiple of 8) the cumulative sums are two-level: within blocks of 8,
+    plus the sum of the earlier blocks' totals, each sum taken in index order."""
+    n = weights.shape[-1]
+    if n <= 16:
+        cs = jnp.cumsum(weights)
+    else:
+        blocks = weights.reshape(n // 8, 8)
+        within = jnp.sum(jnp.where(_upper(8, True)[None], blocks[:, :, None], 0.0), 1)  # (n/8, 8)
+        before = jnp.sum(jnp.where(_upper(n // 8, False), within[:, -1][:, None], 0.0), 0)  # (n/8,)
+        cs = (before[:, None] + within).reshape(n)
+    return jnp.minimum(_block_sum((cs < u * cs[-1]).astype(jnp.int32)), n - 1).astype(jnp.int32)
+
+
+def _upper(n, inclusive):
+    """``(n, n)`` constant ``1[i <= j]`` (``inclusive``) or ``1[i < j]``."""
+    return np.triu(np.ones((n, n), bool), 0 if inclusive else 1)
+
+
+def _reachable_mass(log_pi_kk, log_u_t, a_prev):
+    """``sum_i a_prev(i) 1[log pi_ij > log u_t]`` for every ``j``: the forward step's mass that
+    can reach ``j`` (Van Gael et al. Sec. 3), over blocks of 8 rows (see above)."""
+    num = log_pi_kk.shape[0]
+    if num <= 16:
+        return jnp.sum(jnp.where(log_pi_kk > log_u_t, a_prev[:, None], 0.0), 0)
+    parts = [jnp.sum(jnp.where(log_pi_kk[i:i + 8] > log_u_t, a_prev[i:i + 8, None], 0.0), 0)
+             for i in range(0, num, 8)]
+    return functools.reduce(operator.add, parts)
 
 
 def _slice_ffbs_single(key, log_pi, log_u, inst, log_lik, obs, length):
+    """One sequence of :func:`slice_ffbs` (see there)."""
     num_steps, num_states = log_lik.shape
     dtype = log_lik.dtype
     steps = jnp.arange(num_steps)
     valid = steps < length
+    last = length - 1
+    # zero-mass padding states (never reachable, never drawn): XLA:CPU loops run faster on K8
+    k8 = _padded_size(num_states)
+    pad = k8 - num_states
     lem = jnp.where((obs & valid)[:, None], log_lik, 0.0)
-    lem = jnp.where(inst[None, :], lem, -jnp.inf)
-    trans_kk = log_pi[:num_states, :num_states]
+    lem = jnp.pad(jnp.where(inst[None, :], lem, -jnp.inf), ((0, 0), (0, pad)), constant_values=-jnp.inf)
+    trans_kk = jnp.pad(log_pi[:num_states, :num_states], ((0, pad), (0, pad)), constant_values=-jnp.inf)
+    start = jnp.pad(log_pi[num_states, :num_states], (0, pad), constant_values=-jnp.inf)
+    # padded steps allow every transition: their filtered values are never read
+    lu = jnp.where(valid, log_u, -jnp.inf)
+    reach0 = (start > lu[0]).astype(dtype)
 
-    def combine(reach, lem_t):
-        # emissions exponentiated relative to the best REACHABLE state, so that the step's
-        # normalizer cannot underflow however much better an unreachable state fits
-        m = jnp.max(jnp.where(reach > 0, lem_t, -jnp.inf))
-        b = jnp.where(reach > 0, reach * jnp.exp(lem_t - m), 0.0)
-        c = jnp.sum(b)
-        return b / c, jnp.log(c) + m
+    # Fast pass: alpha_t(j) ∝ e_t(j) sum_i alpha_{t-1}(i) 1[pi_ij > u_t] (Van Gael et al. Sec. 3)
+    # with the emissions exponentiated once, relative to the best instantiated state at t
+    # (Rabiner (1989) Sec. V.A scaling).  Exact unless a step's normalizer falls below
+    # sqrt(tiny), i.e. every reachable state fits ~44 nats (float32) worse than the best one.
+    top = jnp.max(lem, -1)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    em = jnp.exp(lem - top[:, None])
 
-    reach0 = (inst & (log_pi[num_states, :num_states] > log_u[0])).astype(dtype)
-    a0, c0 = combine(reach0, lem[0])
+    def forward_fast(a_prev, inp):
+        lu_t, em_t = inp
+        b = _reachable_mass(trans_kk, lu_t, a_prev) * em_t
+        c = _block_sum(b)
+        a = b / c
+        return a, (a, c)
 
-    def forward(a_prev, inp):
-        # alpha_t(j) ∝ e_t(j) sum_i alpha_{t-1}(i) 1[pi_ij > u_t]   (Van Gael et al. Sec. 3)
-        lu, lem_t, v_t = inp
-        reach = jnp.sum(jnp.where(trans_kk > lu, a_prev[:, None], 0.0), 0)
-        a, c = combine(reach, lem_t)
-        a = jnp.where(v_t, a, a_prev)
-        return a, (a, jnp.where(v_t, c, 0.0))
+    b0 = reach0 * em[0]
+    c0 = jnp.sum(b0)
+    _, (alphas, cs) = lax.scan(forward_fast, b0 / c0, (lu[1:], em[1:]))
+    cs = jnp.concatenate([c0[None], cs])
+    filtered = jnp.concatenate([(b0 / c0)[None], alphas], 0)
+    log_c = jnp.log(cs) + top
+    redo = jnp.any(valid & ~(cs >= jnp.sqrt(jnp.finfo(dtype).tiny)))
 
-    _, (alphas, cs) = lax.scan(forward, a0, (log_u[1:], lem[1:], valid[1:]))
-    filtered = jnp.concatenate([a0[None], alphas], 0)
-    log_norm = jnp.concatenate([c0[None], cs])
+    def forward_exact(carry):
+        # the same recursion with the emissions exponentiated relative to the best REACHABLE
+        # state of each step: no normalizer can underflow, however much better an unreachable
+        # state fits.  Reading the loop-variant flag keeps XLA from hoisting this pass out of
+        # the (at most one-trip) loop below.
+        lem_x = jnp.where(carry[2], lem, 0.0)
+
+        def combine(reach, lem_t):
+            pos = reach > 0
+            m = _block_max(jnp.where(pos, lem_t, -jnp.inf))
+            b = jnp.where(pos, reach * jnp.exp(lem_t - m), 0.0)
+            c = _block_sum(b)
+            return b / c, c, m
+
+        def step(a_prev, inp):
+            lu_t, lem_t = inp
+            a, c, m = combine(_reachable_mass(trans_kk, lu_t, a_prev), lem_t)
+            return a, (a, c, m)
+
+        a0, c0, m0 = combine(reach0, lem_x[0])
+        _, (alphas, cs, ms) = lax.scan(step, a0, (lu[1:], lem_x[1:]))
+        filtered = jnp.concatenate([a0[None], alphas], 0)
+        log_c = jnp.log(jnp.concatenate([c0[None], cs])) + jnp.concatenate([m0[None], ms])
+        return filtered, log_c, jnp.zeros((), bool)
+
+    # a while loop rather than lax.cond: under vmap (vectorized chains) a cond becomes a select
+    # that always runs both passes, a loop runs the exact pass only when some chain needs it
+    filtered, log_c, _ = lax.while_loop(lambda carry: carry[2], forward_exact, (filtered, log_c, redo))
+    log_norm = jnp.where(valid, log_c, 0.0)
+
     # backward sampling: p(z_t = i | z_{t+1} = j, ...) ∝ alpha_t(i) 1[pi_ij > u_{t+1}]
     unif = 1.0 - random.uniform(key, (num_steps,), dtype)  # (0, 1]
-    next_u = jnp.concatenate([log_u[1:], jnp.full((1,), jnp.inf, dtype)])
+    next_u = jnp.concatenate([lu[1:], jnp.full((1,), -jnp.inf, dtype)])
+    trans_t = trans_kk.T
 
-    def backward(carry, inp):
-        z_next, dead = carry
+    def backward(z_next, inp):
         t, a_t, lu_next, u = inp
-        w = jnp.where(t + 1 < length, jnp.where(trans_kk[:, z_next] > lu_next, a_t, 0.0), a_t)
-        z, empty = _inverse_cdf(w, u)
-        return (z, dead | (empty & (t < length))), z
+        w = jnp.where((t < last) & (trans_t[z_next] <= lu_next), 0.0, a_t)
+        z = _inverse_cdf(w, u)
+        return z, z
 
-    (_, dead), zs = lax.scan(backward, (jnp.zeros((), jnp.int32), jnp.zeros((), bool)),
-                             (steps, filtered, next_u, unif), reverse=True)
-    ok = jnp.all(jnp.isfinite(log_norm)) & ~dead
-    last = zs[jnp.maximum(length - 1, 0)]
-    states = jnp.where(valid, zs, last)
+    _, zs = lax.scan(backward, jnp.zeros((), jnp.int32), (steps, filtered, next_u, unif), reverse=True)
+    # every drawn state had positive weight: filtered mass and an admissible transition
+    drawn = jnp.take_along_axis(filtered, zs[:, None], 1)[:, 0] > 0
+    admissible = jnp.concatenate([(start[zs[0]] > lu[0])[None], trans_kk[zs[:-1], zs[1:]] > lu[1:]])
+    ok = jnp.all(jnp.isfinite(log_norm)) & jnp.all((drawn & admissible) | ~valid)
+    states = jnp.where(valid, zs, zs[jnp.maximum(last, 0)])
     return states, jnp.sum(log_norm), ok
 
 
@@ -276,11 +368,14 @@ def slice_ffbs(rng_key, log_pi, log_u, inst, log_lik, obs, lengths):
     padding: no transition, no emission; their states copy the last valid one).
 
     The transition into step ``t`` is ``1[log pi_ij > log u_t]``, built inside the scan.  The
-    forward pass keeps ``alpha_t`` normalized in probability space; each step sums the
-    reachable mass and multiplies by the emissions exponentiated relative to the best
-    reachable state, so emission spreads of any size are exact (filtered probabilities below
-    ``~1e-38`` (float32) of the total are flushed to zero; a path that needs one of them is
-    reported through ``ok``).
+    forward pass keeps ``alpha_t`` normalized in probability space (Rabiner (1989) Sec. V.A
+    scaling); each step sums the reachable mass and multiplies by the emissions, exponentiated
+    once outside the loop relative to the best instantiated state of the step.  When some
+    step's normalizer falls below ``sqrt(tiny)`` (every reachable state fits ~44 nats worse, in
+    float32, than an unreachable one) the pass is redone with the emissions exponentiated
+    relative to the best *reachable* state of each step, so emission spreads of any size are
+    exact (filtered probabilities below ``~1e-19`` (float32) of the total are flushed to zero; a
+    path that needs one of them is reported through ``ok``).
     Returns ``(states (N, T) int32, log_mass (N,), ok (N,))``: ``log_mass`` is the log of
     ``sum_z 1[u_0 < pi_{0 z_0}] prod_t 1[u_t < pi_{z_{t-1} z_t}] prod_t f(y_t | z_t)``; ``ok`` is
     False when a sequence has no admissible path left (its ``states`` are then meaningless).
@@ -297,16 +392,37 @@ def compact_states(states, lengths, num_states: int):
 
     Returns ``(states, new_to_old (K,), num_used)``: ``new_to_old[i]`` is the old label of new
     label ``i`` (used states first, then the unused slots in their old order)."""
-    num_seq, num_steps = states.shape
-    big = num_seq * num_steps
-    pos = jnp.arange(big).reshape(num_seq, num_steps)
-    valid = jnp.arange(num_steps) < lengths[:, None]
-    first = jnp.full((num_states,), big, jnp.int32).at[states.reshape(-1)].min(
-        jnp.where(valid, pos, big).reshape(-1).astype(jnp.int32))
-    new_to_old = jnp.argsort(first, stable=True).astype(jnp.int32)
-    old_to_new = jnp.zeros((num_states,), jnp.int32).at[new_to_old].set(jnp.arange(num_states, dtype=jnp.int32))
-    num_used = jnp.sum(first < big).astype(jnp.int32)
+    valid = jnp.arange(states.shape[1]) < lengths[:, None]
+    old_to_new, new_to_old = canonical_order(states.reshape(-1), valid.reshape(-1), num_states)
+    num_used = jnp.sum(used_slots(states, lengths, num_states)).astype(jnp.int32)
     return old_to_new[states], new_to_old, num_used
+
+
+def used_slots(states, lengths, num_states: int):
+    """``(K,)``: which slots the states ``(N, T)`` use at a valid step (``t < length``)."""
+    valid = jnp.arange(states.shape[1]) < lengths[:, None]
+    return jnp.zeros((num_states,), bool).at[states.reshape(-1)].max(valid.reshape(-1))
+
+
+def _drop_unused(states, weights, params, view: ModelView):
+    """Step 4: the unused states are dropped (``weights (K,)`` set to 0 there).
+
+    Families whose parameters the kernel owns are relabelled by first appearance
+    (:func:`compact_states`), parameters and weights permuted along.  A
+    :class:`~numpyro_hdphmm.emissions.CustomEmission` reads the user's own sample sites, which the
+    kernel cannot permute: its states keep their slots (every step is label-equivariant, so the
+    chain is the same up to labels; a free slot's parameters are the user's current values, which
+    the inner kernel keeps distributed as the prior given that no step uses them).
+    Returns ``(states, weights, params, num_used)``."""
+    num_states = weights.shape[0]
+    if view.emission.param_names:
+        states, new_to_old, num_used = compact_states(states, view.lengths, num_states)
+        keep = jnp.arange(num_states) < num_used
+        weights = jnp.where(keep, weights[new_to_old], 0.0)
+        params = jax.tree_util.tree_map(lambda p: p[new_to_old], params)
+        return states, weights, params, num_used
+    keep = used_slots(states, view.lengths, num_states)
+    return states, jnp.where(keep, weights, 0.0), params, jnp.sum(keep).astype(jnp.int32)
 
 
 def given_states(rng_key, states, beta, params, view: ModelView, hyper_update, concentration=None):
@@ -320,11 +436,8 @@ def given_states(rng_key, states, beta, params, view: ModelView, hyper_update, c
     dtype = beta.dtype
     k_theta, k_tables, k_hyper, k_beta, k_pi = random.split(rng_key, 5)
     # 4. compaction: unused states' mass joins the remainder
-    states, new_to_old, num_used = compact_states(states, view.lengths, num_states)
-    keep = jnp.arange(num_states) < num_used
-    head = jnp.where(keep, beta[new_to_old], 0.0)
+    states, head, params, _ = _drop_unused(states, beta[:num_states], params, view)
     beta = jnp.concatenate([head, jnp.maximum(1.0 - jnp.sum(head), 0.0)[None]])
-    params = jax.tree_util.tree_map(lambda p: p[new_to_old], params)
     # 5. emission parameters (free slots: no data, a draw from the prior)
     weights = state_weights(states, view.valid, num_states, dtype=dtype)
     conc_prior = None if concentration is None else concentration[1]
@@ -340,34 +453,26 @@ def given_states(rng_key, states, beta, params, view: ModelView, hyper_update, c
         site_values = {**site_values, concentration[0]: sigma}
     # (beta_1..K, beta_rem) | mbar ~ Dir(mbar_.1, ..., mbar_.K, gamma): free slots get exactly 0
     beta = _dirichlet(k_beta, jnp.concatenate([mbar_dishes.astype(dtype), jnp.asarray(gamma, dtype)[None]]))
-    counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
-    counts = counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
-    sticky = jnp.eye(num_states + 1, dtype=dtype).at[num_states, num_states].set(0.0)
-    trans = _dirichlet(k_pi, alpha * beta[None, :] + kappa * sticky + counts)
+    trans = _dirichlet(k_pi, row_concentrations(beta, alpha, kappa, n, first))
     return states, beta, trans, params, site_values
 
 
-@jax.jit
-def _initial_values(rng_key, states, params, view):
+@functools.partial(jax.jit, static_argnums=4)
+def _initial_values(rng_key, states, params, view, num_states: int):
     """A valid starting point given initial states ``(N, T)``: the states compacted, ``beta``
     the mean of ``Dir(1, ..., 1, gamma)`` over (used states, rest), the rows the means of their
     conditionals ``Dir(alpha beta + kappa e_j + n_j.)`` (so every transition of the initial
     path has positive probability) and the emission parameters drawn from their conditionals.
     Cheap on purpose (it is compiled once per model at ``init``)."""
-    num_states = jax.tree_util.tree_leaves(params)[0].shape[0]
     dtype = jnp.result_type(view.alpha, float)
-    states, new_to_old, num_used = compact_states(states, view.lengths, num_states)
-    params = jax.tree_util.tree_map(lambda p: p[new_to_old], params)
+    states, _, params, num_used = _drop_unused(states, jnp.ones((num_states,), dtype), params, view)
     weights = state_weights(states, view.valid, num_states, dtype=dtype)
     params, _ = view.emission.update_parameters(rng_key, flatten_time(view.x), weights.reshape(-1, num_states), params)
     total = num_used + view.gamma
-    head = jnp.where(jnp.arange(num_states) < num_used, 1.0 / total, 0.0)
+    head = jnp.where(used_slots(states, view.lengths, num_states), 1.0 / total, 0.0)
     beta = jnp.concatenate([head, (view.gamma / total)[None]]).astype(dtype)
     n, first = crp.transition_counts(states, num_states, view.lengths)
-    counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
-    counts = counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
-    sticky = jnp.eye(num_states + 1, dtype=dtype).at[num_states, num_states].set(0.0)
-    conc = view.alpha * beta[None, :] + view.kappa * sticky + counts
+    conc = row_concentrations(beta, view.alpha, view.kappa, n, first)
     trans = conc / jnp.sum(conc, -1, keepdims=True)
     return states, beta, trans, params, num_used
 
@@ -418,8 +523,17 @@ class BeamSampler(HDPKernel):
     :mod:`numpyro_hdphmm._core.crp` get exact updates; every other latent site is updated by
     ``inner_kernel`` (NUTS by default).
 
-    Owned values between sweeps: used states are ``0..k-1`` in order of first appearance;
-    free slots have ``beta = 0``, rows and emission parameters drawn from the prior.  The
+    Emissions given as a callable over the user's own sample sites
+    (:class:`~numpyro_hdphmm.emissions.CustomEmission`) are supported without relabelling: the
+    states keep their slots, the FFBS uses the ``(T, K)`` log-likelihood matrix of the user's
+    current parameters, a new state takes the current parameter values of its (free) slot, which
+    are a draw from the prior at stationarity, and the inner kernel (NUTS) updates the user's
+    parameter sites given the states after every sweep (the uncollapsed emission step; Fox et al.
+    eq. 42 without conjugacy).
+
+    Owned values between sweeps: used states are ``0..k-1`` in order of first appearance
+    (custom emissions: the slots they occupy); free slots have ``beta = 0``, rows and emission
+    parameters drawn from the prior.  The
     initial values are the compacted initial states (the model's prior draw or
     ``init_params``), ``beta`` and rows at conditional means given them and emission parameters
     drawn from their conditionals.
@@ -435,13 +549,6 @@ class BeamSampler(HDPKernel):
             raise NotImplementedError(
                 f"BeamSampler samples the infinite model (`{self._sites.beta} ~ GEM`), got {type(fn).__name__}; "
                 "use WeakLimitGibbs for the weak-limit approximation."
-            )
-        emission = model_trace[self._sites.obs]["fn"].emission
-        if not emission.param_names:
-            raise NotImplementedError(
-                f"BeamSampler instantiates and relabels states, which needs emission parameters it owns; "
-                f"{type(emission).__name__} (emission= a callable over your own sample sites) has none. "
-                "Use WeakLimitGibbs, whose state slots are fixed, for such emissions."
             )
 
     def _current(self, z):
@@ -469,7 +576,7 @@ class BeamSampler(HDPKernel):
             raise ValueError(
                 f"`init_params['{self._sites.states}']` must hold states in [0, max_states={self._sites.num_states})."
             )
-        states, beta, trans, params, num_used = _initial_values(rng_key, states, params, view._replace(priors={}))
+        states, beta, trans, params, num_used = _initial_values(rng_key, states, params, view._replace(priors={}), self._sites.num_states)
         info = BeamInfo(num_instantiated=num_used.astype(jnp.int32), ffbs_ok=jnp.ones((), bool))
         return self._owned(states, beta, trans, params), info
 

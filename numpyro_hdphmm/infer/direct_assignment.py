@@ -32,6 +32,11 @@ n_j.)`` (start row ``Dir(alpha beta + n_0.)``, the last column being the mass of
 uninstantiated states) and the emission parameters from their conjugate posteriors.  Then the
 inner kernel (NUTS) updates every other latent site of the model.
 
+Emissions without a conjugate prior (:class:`~numpyro_hdphmm.emissions.CustomEmission`) are not
+integrated out: step 1 then uses their likelihoods under the current parameters (a new state
+takes a free slot's parameters, Neal's (2000) Algorithm 8, see :class:`_ExplicitEmission`), step
+2 is skipped and the inner kernel updates the parameters, which are the user's sample sites.
+
 The model is sampled as written (``beta ~ GEM(gamma)``): ``max_states`` is only a capacity.
 """
 
@@ -47,7 +52,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.hmm import _categorical
 from numpyro_hdphmm.distributions import sample_dirichlet
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, flatten_time
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, canonical_order, flatten_time, row_concentrations
 
 __all__ = ["DirectAssignmentGibbs", "direct_assignment_sweep", "StepLayout"]
 
@@ -107,9 +112,9 @@ class _ConjugateCollapse:
     def init(self, key, x, valid, z, params, dtype):
         return self.emission.sufficient_statistics(x, state_weights(z, valid, self.num_states, dtype))
 
-    def prior_predictive(self, x, dtype):
-        prior = self.emission.sufficient_statistics(jax.tree_util.tree_map(lambda a: a[:1], x), jnp.zeros((1, 1), dtype))
-        return jax.vmap(lambda xt: self.emission.log_predictive(xt, prior)[0])(x)
+    def precompute(self, x, params, dtype):
+        """The prior predictive ``log int f(y_i | theta) dH(theta)`` of every step ``(steps,)``."""
+        return _prior_predictive(self.emission, x, dtype)
 
     def remove(self, est, i, delta, weight, k):
         return _add_row(est, k, delta, -weight)
@@ -117,8 +122,11 @@ class _ConjugateCollapse:
     def free(self, est, k):
         return _zero_row(est, k)
 
-    def log_predictive(self, est, x_i):
+    def log_predictive(self, est, x_i, pre_i):
         return self.emission.log_predictive(x_i, est), None
+
+    def log_new(self, pre_i, active):
+        return _first_free_slot(pre_i, active)
 
     def add(self, est, i, delta, weight, k, aux, u):
         return _add_row(est, k, delta, weight)
@@ -154,9 +162,13 @@ class _MixtureCollapse:
         counts = jnp.sum(onehot, 0).reshape(self.num_states, self.width)
         return s, stats, counts
 
-    def prior_predictive(self, x, dtype):
-        prior = self.base.sufficient_statistics(jax.tree_util.tree_map(lambda a: a[:1], x), jnp.zeros((1, 1), dtype))
-        return jax.vmap(lambda xt: self.base.log_predictive(xt, prior)[0])(x)
+    def precompute(self, x, params, dtype):
+        """The base family's prior predictive of every step ``(steps,)`` (a new state's first
+        component is a new component)."""
+        return _prior_predictive(self.base, x, dtype)
+
+    def log_new(self, pre_i, active):
+        return _first_free_slot(pre_i, active)
 
     def remove(self, est, i, delta, weight, k):
         s, stats, counts = est
@@ -176,7 +188,7 @@ class _MixtureCollapse:
         prior = self.conc / self.width
         return jnp.log(counts + prior) - jnp.log(self.conc + jnp.sum(counts, -1, keepdims=True))
 
-    def log_predictive(self, est, x_i):
+    def log_predictive(self, est, x_i, pre_i):
         s, stats, counts = est
         comp = self.base.log_predictive(x_i, stats).reshape(self.num_states, self.width)
         joint = self._log_component_weights(counts) + comp
@@ -193,22 +205,76 @@ class _MixtureCollapse:
         return est[0]
 
 
+class _ExplicitEmission:
+    r"""Emission parameters kept explicit, for families without a conjugate prior
+    (:class:`~numpyro_hdphmm.emissions.CustomEmission`, whose parameters are the user's sample
+    sites): the uncollapsed emission step.  Within the sweep the parameters of every slot are
+    fixed at their current values; the inner kernel (NUTS) updates them given the states after the
+    sweep (Fox et al. eq. 42 without conjugacy).
+
+    A step's likelihood under an instantiated state ``k`` is ``f(y_i | theta_k)``, a row of the
+    ``(steps, K)`` log-likelihood matrix.  A new state has no closed-form prior predictive; it is
+    placed in one of the ``F`` free slots, whose parameters are draws from the prior (no step
+    uses them), with weight ``alpha beta_rem (...) / F * f(y_i | theta_j)`` for free slot ``j``:
+    the exact conditional of ``z_i`` in the model extended by the free slots' parameters and a
+    uniformly random assignment of states to slots (the number of assignments of ``K`` states
+    to ``L`` slots changes by the factor ``1/F`` when a state is added).  It is Neal's (2000)
+    Algorithm 8 with the ``F`` free slots as the auxiliary components, which converges to the
+    prior predictive as ``F`` grows.  States keep their slots (no relabelling)."""
+
+    def __init__(self, emission, num_states: int):
+        self.emission, self.num_states = emission, num_states
+
+    def delta(self, x_i, dtype):
+        return None
+
+    def init(self, key, x, valid, z, params, dtype):
+        return ()
+
+    def precompute(self, x, params, dtype):
+        """``log f(y_i | theta_k)`` for every step and slot ``(steps, K)``."""
+        return self.emission.log_likelihoods(x, params).astype(dtype)
+
+    def remove(self, est, i, delta, weight, k):
+        return est
+
+    def free(self, est, k):
+        return est
+
+    def log_predictive(self, est, x_i, pre_i):
+        return pre_i, None
+
+    def log_new(self, pre_i, active):
+        num_free = jnp.sum(~active).astype(pre_i.dtype)
+        return jnp.where(active, -jnp.inf, pre_i - jnp.log(jnp.maximum(num_free, 1.0)))
+
+    def add(self, est, i, delta, weight, k, aux, u):
+        return est
+
+    def components(self, est):
+        return None
+
+
+def _prior_predictive(family, x, dtype):
+    prior = family.sufficient_statistics(jax.tree_util.tree_map(lambda a: a[:1], x), jnp.zeros((1, 1), dtype))
+    return jax.vmap(lambda xt: family.log_predictive(xt, prior)[0])(x)
+
+
+def _first_free_slot(log_pred_new, active):
+    """A new state of a collapsed family goes to the first free slot, with the whole new-state
+    weight (the slot is arbitrary: the states are relabelled after the sweep)."""
+    first_free = jnp.argmin(active)
+    return jnp.where(jnp.arange(active.shape[0]) == first_free, log_pred_new, -jnp.inf)
+
+
 def _collapse(emission, num_states: int):
     from numpyro_hdphmm.emissions.dp_mixture import DPMixture
 
-    return (_MixtureCollapse if isinstance(emission, DPMixture) else _ConjugateCollapse)(emission, num_states)
-
-
-def canonical_order(z_flat, in_range, num_states: int):
-    """``(new_of_old (K,), old_of_new (K,))``: relabel the states by first appearance in
-    ``z_flat`` (steps outside ``in_range`` ignored), unused slots last."""
-    steps = z_flat.shape[0]
-    first_seen = jnp.full(num_states, steps, jnp.int32).at[jnp.where(in_range, z_flat, num_states)].min(
-        jnp.arange(steps, dtype=jnp.int32), mode="drop"
-    )
-    old_of_new = jnp.argsort(first_seen, stable=True).astype(jnp.int32)
-    new_of_old = jnp.zeros(num_states, jnp.int32).at[old_of_new].set(jnp.arange(num_states, dtype=jnp.int32))
-    return new_of_old, old_of_new
+    if isinstance(emission, DPMixture):
+        return _MixtureCollapse(emission, num_states)
+    if not emission.param_names:  # parameters are the user's own sites (CustomEmission)
+        return _ExplicitEmission(emission, num_states)
+    return _ConjugateCollapse(emission, num_states)
 
 
 def direct_assignment_sweep(rng_key, states, beta, params, view: ModelView):
@@ -247,8 +313,9 @@ def direct_assignment_sweep(rng_key, states, beta, params, view: ModelView):
     collapse = _collapse(emission, num_states)
     k_init, k_cat, k_split, k_comp = random.split(rng_key, 4)
     stats = collapse.init(k_init, x, valid, z, params, dtype)
-    # prior predictive of every step (the likelihood of a new state), computed once
-    log_prior_pred = collapse.prior_predictive(x, dtype)
+    # per-step emission terms computed once: the prior predictive of every step (the likelihood
+    # of a new state), or for explicit parameters the (steps, K) log-likelihood matrix
+    pre = collapse.precompute(x, params, dtype)
     u_cat = 1.0 - random.uniform(k_cat, (steps,), dtype)  # (0, 1]
     u_comp = 1.0 - random.uniform(k_comp, (steps,), dtype)
     u_split = random.uniform(k_split, (steps,), dtype)
@@ -287,22 +354,21 @@ def direct_assignment_sweep(rng_key, states, beta, params, view: ModelView):
             / (alpha + kappa + out + same)
         )
         log_w = jnp.log(into) + jnp.where(has_next, jnp.log(onward), 0.0)
-        log_pred, comp = collapse.log_predictive(stats, x_i)
+        pre_i = jnp.where(ok_y, _row(pre, i), 0.0)  # a missing observation: no emission factor
+        log_pred, comp = collapse.log_predictive(stats, x_i, pre_i)
         log_w = log_w + jnp.where(ok_y, log_pred, 0.0)
-        log_w = jnp.where(active, log_w, -jnp.inf)
-        free = jnp.argmin(active)  # first free slot (0 if none: then `full`)
         full = jnp.all(active)
+        # a new state: alpha beta_rem (times alpha beta_{z_{i+1}} / (alpha + kappa)) with the
+        # emission term of each free slot it may take (-inf at instantiated slots)
         log_new = (
             jnp.log(alpha * beta_rem)
             + jnp.where(has_next, jnp.log(alpha * beta_slots[nxt] / (alpha + kappa)), 0.0)
-            + jnp.where(ok_y, log_prior_pred[i], 0.0)
+            + collapse.log_new(pre_i, active)
         )
-        log_new = jnp.where(full, -jnp.inf, log_new)
-        log_all = jnp.concatenate([log_w, log_new[None]])
+        log_all = jnp.where(active, log_w, log_new)
         top = jnp.max(log_all)
-        k = _categorical(jnp.exp(log_all - top), u_cat[i])
-        is_new = k == num_states
-        k = jnp.where(is_new, free, k).astype(jnp.int32)
+        k = _categorical(jnp.exp(log_all - top), u_cat[i]).astype(jnp.int32)
+        is_new = ~active[k]
         # 1c. a new state splits the remaining stick
         split_rem = beta_rem * jnp.exp(log_split[i])
         beta_slots = beta_slots.at[k].set(jnp.where(is_new, beta_rem - split_rem, beta_slots[k]))
@@ -337,10 +403,19 @@ class DirectAssignmentGibbs(HDPKernel):
     both are drawn from their conditional posteriors for the recorded sample.  Every conjugate
     emission family of :mod:`numpyro_hdphmm.emissions` (DP-mixture emissions with Fox et al.'s
     Algorithm 3) and several sequences are supported.
+
+    Emissions without a conjugate prior, given as a callable over the user's own sample sites
+    (:class:`~numpyro_hdphmm.emissions.CustomEmission`), cannot be integrated out: for them the
+    sampler falls back to the uncollapsed emission step.  The step-by-step state updates use the
+    likelihoods under the current parameters, a new state takes one of the free slots (whose
+    parameters are prior draws) as in Neal's (2000) Algorithm 8 (see :class:`_ExplicitEmission`),
+    the states keep their slots (no relabelling), and the inner kernel (NUTS) updates the
+    user's parameter sites given the states after every sweep.
     Hyperparameter sites with the priors of :mod:`numpyro_hdphmm._core.crp` get exact updates;
     every other latent site is updated by ``inner_kernel`` (NUTS by default).
 
-    Collected fields: ``z`` (all latent sites, states relabelled by first appearance),
+    Collected fields: ``z`` (all latent sites, states relabelled by first appearance except for
+    custom emissions),
     ``num_states``, ``lp``, ``overflow`` (True when, in that sweep, every slot of the capacity
     was occupied so that no new state could be offered: the draw is then from the model
     truncated at ``max_states`` states; a ``RuntimeWarning`` is emitted; increase
@@ -360,6 +435,8 @@ class DirectAssignmentGibbs(HDPKernel):
 
     def _check_supported(self, model_trace) -> None:
         emission = model_trace[self._sites.obs]["fn"].emission
+        if not emission.param_names:  # CustomEmission: the uncollapsed emission step
+            return
         family = getattr(emission, "base", emission)  # a DP mixture collapses its base family
         y = jnp.asarray(model_trace[self._sites.obs]["value"])
         row = y.reshape((-1,) + tuple(family.event_shape))[:1]
@@ -389,11 +466,13 @@ class DirectAssignmentGibbs(HDPKernel):
         params = {p: z[s] for p, s in zip(sites.param_names, sites.emission)}
         states, beta, components, overflow = direct_assignment_sweep(k_z, current, z[sites.beta], params, view)
         dtype = beta.dtype
-        # 2. relabel by first appearance
-        layout = step_layout(states.shape[0], states.shape[1], view.lengths)
-        new_of_old, old_of_new = canonical_order(states.reshape(-1), layout.in_range, num_states)
-        states = jnp.where(layout.in_range.reshape(states.shape), new_of_old[states], 0)
-        beta = jnp.concatenate([beta[old_of_new], beta[num_states:]])
+        # 2. relabel by first appearance (not for custom emissions: their parameters are the
+        # user's sites, which stay with their slots)
+        if sites.param_names:
+            layout = step_layout(states.shape[0], states.shape[1], view.lengths)
+            new_of_old, old_of_new = canonical_order(states.reshape(-1), layout.in_range, num_states)
+            states = jnp.where(layout.in_range.reshape(states.shape), new_of_old[states], 0)
+            beta = jnp.concatenate([beta[old_of_new], beta[num_states:]])
         # 3. tables
         n, first = crp.transition_counts(states, num_states, view.lengths)
         tables = crp.sample_table_counts(k_tables, n, first, beta, view.alpha, view.kappa, view.valid.size)
@@ -408,10 +487,7 @@ class DirectAssignmentGibbs(HDPKernel):
         conc = jnp.concatenate([mbar_dishes.astype(dtype), jnp.asarray(gamma, dtype)[None]])
         beta = sample_dirichlet(k_beta, conc)
         # recorded sample: rows and emission parameters from their conditionals
-        counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
-        counts = counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
-        sticky = jnp.eye(num_states + 1, dtype=dtype).at[num_states, num_states].set(0.0)
-        trans = sample_dirichlet(k_pi, alpha * beta[None, :] + kappa * sticky + counts)
+        trans = sample_dirichlet(k_pi, row_concentrations(beta, alpha, kappa, n, first))
         weights = state_weights(states, view.valid, num_states, dtype).reshape(-1, num_states)
         x = flatten_time(view.x)
         if components is None:

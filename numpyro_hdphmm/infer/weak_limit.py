@@ -39,7 +39,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta, sample_dirichlet
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, flatten_time
+from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, flatten_time, row_concentrations
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["WeakLimitGibbs", "weak_limit", "WeakLimitInfo", "weak_limit_sweep"]
@@ -119,11 +119,7 @@ def weak_limit_sweep(rng_key, states, beta, trans, params, view: ModelView, hype
     beta_head = sample_dirichlet(k_beta, gamma / num_states + mbar_dishes)
     beta = jnp.concatenate([beta_head, jnp.zeros((1,), beta_head.dtype)])
     # 6. rows | counts: Dir(alpha beta + kappa e_j + n_j.), start row Dir(alpha beta + n_0.)
-    counts = jnp.zeros((num_states + 1, num_states + 1), log_lik.dtype)
-    counts = counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
-    sticky = jnp.eye(num_states + 1, dtype=log_lik.dtype).at[num_states, num_states].set(0.0)
-    conc = alpha * beta[None, :] + kappa * sticky + counts
-    trans = sample_dirichlet(k_pi, conc)
+    trans = sample_dirichlet(k_pi, row_concentrations(beta, alpha, kappa, n, first))
     info = WeakLimitInfo(n=n, first=first, tables=tables, ffbs_ok=ffbs_ok, emission_concentration=emission_conc)
     return states, beta, trans, params, site_values, info
 

@@ -155,21 +155,10 @@ def test_validation():
 )
 def test_conjugate_methods_raise(method, args):
     fam = CustomEmission(student_t, K)
-    with pytest.raises(NotImplementedError, match="direct-assignment"):
+    with pytest.raises(NotImplementedError, match="no conjugate prior"):
         getattr(fam, method)(*args)
     params, conc = fam.update_parameters(jax.random.key(0), jnp.zeros(3), jnp.ones((3, K)), {})
     assert params == {} and conc is None
-
-
-def test_direct_assignment_rejects_custom_emission():
-    def model(y):
-        loc = numpyro.sample("loc", dist.Normal(0.0, 10.0).expand([K]))
-        nh.sample("y", nh.HDPHMM(1.0, 1.0, lambda k: dist.Normal(loc[k], 1.0), max_states=K), obs=y)
-
-    with pytest.raises(NotImplementedError):
-        MCMC(nh.infer.DirectAssignmentGibbs(model), num_warmup=1, num_samples=1, progress_bar=False).run(
-            jax.random.key(0), np.zeros(5)
-        )
 
 
 # ------------------------------------------------------------------------- inside a model

@@ -31,9 +31,9 @@ def _random_problem(rng, num_seq=2, num_steps=6, num_states=4):
     trans = rng.dirichlet(np.ones(num_states + 1), size=num_states + 1)
     trans[:, 3] = 0.0  # slot 3 is free: never reachable
     trans /= trans.sum(-1, keepdims=True)
-    inst = np.array([True, True, True, False])
+    inst = np.arange(num_states) != 3
     # slices given a random path over the instantiated states (so an admissible path exists)
-    path = rng.integers(0, 3, size=(num_seq, num_steps))
+    path = np.flatnonzero(inst)[rng.integers(0, inst.sum(), size=(num_seq, num_steps))]
     prev = np.concatenate([np.full((num_seq, 1), num_states), path[:, :-1]], 1)
     log_u = np.log(trans[prev, path]) + np.log(rng.uniform(size=(num_seq, num_steps)))
     log_lik = rng.normal(scale=3.0, size=(num_seq, num_steps, num_states))
@@ -51,8 +51,9 @@ def _core_log_transitions(trans, inst, log_u):
     return log_init, log_a
 
 
-def test_slice_ffbs_marginal_matches_core(rng):
-    trans, inst, log_u, log_lik, obs, lengths = _random_problem(rng)
+@pytest.mark.parametrize("num_states", [4, 21])  # 21: padded to 24, blocked sums (K > 16)
+def test_slice_ffbs_marginal_matches_core(rng, num_states):
+    trans, inst, log_u, log_lik, obs, lengths = _random_problem(rng, num_states=num_states)
     _, log_mass, ok = beam.slice_ffbs(jax.random.key(0), jnp.log(trans), log_u, inst, log_lik, obs, lengths)
     log_init, log_a = _core_log_transitions(trans, inst, log_u)
     expected = hmm_marginal_loglik(log_init, log_a, np.where(inst, log_lik, -np.inf), mask=obs, length=lengths)
@@ -60,18 +61,19 @@ def test_slice_ffbs_marginal_matches_core(rng):
     np.testing.assert_allclose(log_mass, expected, rtol=1e-10)
 
 
-def test_slice_ffbs_samples_exact_distribution(rng):
-    """Draws of one sequence (T = 4, 3 instantiated states) against the enumerated posterior."""
-    trans, inst, log_u, log_lik, obs, lengths = _random_problem(rng, num_seq=1, num_steps=4)
-    lengths = np.array([4])
+@pytest.mark.parametrize("num_states, num_steps", [(4, 4), (21, 3)])  # 21: two-level inverse CDF
+def test_slice_ffbs_samples_exact_distribution(rng, num_states, num_steps):
+    """Draws of one sequence (``num_states - 1`` instantiated states) against the enumerated posterior."""
+    trans, inst, log_u, log_lik, obs, lengths = _random_problem(rng, num_seq=1, num_steps=num_steps, num_states=num_states)
+    lengths = np.array([num_steps])
     num_draws = 20000
     keys = jax.random.split(jax.random.key(1), num_draws)
     draws = jax.vmap(lambda k: beam.slice_ffbs(k, jnp.log(trans), log_u, inst, log_lik, obs, lengths)[0][0])(keys)
     log_init, log_a = _core_log_transitions(trans, inst, log_u)
     lem = np.where(obs[0][:, None], log_lik[0], 0.0)
     probs = {}
-    for z in itertools.product(range(3), repeat=4):
-        lp = log_init[0, z[0]] + lem[0, z[0]] + sum(log_a[0, t, z[t - 1], z[t]] + lem[t, z[t]] for t in range(1, 4))
+    for z in itertools.product(np.flatnonzero(inst), repeat=num_steps):
+        lp = log_init[0, z[0]] + lem[0, z[0]] + sum(log_a[0, t, z[t - 1], z[t]] + lem[t, z[t]] for t in range(1, num_steps))
         probs[z] = np.exp(lp)
     total = sum(probs.values())
     probs = {z: p / total for z, p in probs.items() if p > 0}
@@ -80,6 +82,7 @@ def test_slice_ffbs_samples_exact_distribution(rng):
         counts[z] = counts.get(z, 0) + 1
     tv = 0.5 * sum(abs(probs.get(z, 0.0) - counts.get(z, 0) / num_draws) for z in set(probs) | set(counts))
     assert set(counts) <= set(probs)  # never an inadmissible path
+    print(f"K = {num_states}: {len(probs)} admissible paths, TV {tv:.4f}, bound {tv_bound(probs.values(), num_draws):.4f}")
     assert tv < tv_bound(probs.values(), num_draws), tv
 
 
@@ -93,6 +96,31 @@ def test_slice_ffbs_float32_large_emission_spread():
                                            log_lik, jnp.ones((1, 4), bool), jnp.array([4]))
     assert bool(ok[0]) and np.isfinite(float(log_mass[0]))
     np.testing.assert_array_equal(states[0], [0, 0, 0, 0])
+
+
+def test_slice_ffbs_exact_pass_when_rescaled_pass_underflows():
+    """Only the paths 0000 and 1111 are admissible; instantiated state 2, which no path reaches,
+    fits 500 nats better in sequence 0 (the rescaled pass underflows and the exact pass takes
+    over) and not in sequence 1 (the rescaled pass): both give the enumerated marginal and draw
+    frequencies, in one vmapped call."""
+    T, n = 5, 4000
+    trans = np.array([[0.9, 1e-6, 0.05, 0.05], [1e-6, 0.9, 0.05, 0.05], [0.3, 0.3, 0.3, 0.1], [0.5, 0.5, 1e-6, 0.0]])
+    log_u = np.log(np.tile(np.array([0.25] + [0.45] * (T - 1)), (2, 1)))
+    base = np.random.default_rng(3).normal(size=(T, 3))
+    base[:, 1] = base[:, 0] + 0.1  # log P(0000) - log P(1111) = -0.5
+    log_lik = np.stack([base + np.array([0.0, 0.0, 500.0]), base]).astype(np.float32)
+    args = (jnp.log(jnp.asarray(trans, jnp.float32)), jnp.asarray(log_u, jnp.float32), jnp.ones(3, bool), log_lik,
+            jnp.ones((2, T), bool), jnp.array([T, T]))
+    _, log_mass, ok = beam.slice_ffbs(jax.random.key(0), *args)
+    expected = np.logaddexp(base[:, 0].sum(), base[:, 1].sum())
+    assert np.all(np.asarray(ok))
+    np.testing.assert_allclose(log_mass, [expected, expected], rtol=1e-6)
+    draws = np.asarray(jax.vmap(lambda k: beam.slice_ffbs(k, *args)[0])(jax.random.split(jax.random.key(1), n)))
+    p_zero = 1.0 / (1.0 + np.exp(0.5))
+    for s in range(2):
+        assert np.all(np.all(draws[:, s] == 0, -1) | np.all(draws[:, s] == 1, -1))
+        freq = np.mean(draws[:, s, 0] == 0)
+        assert abs(freq - p_zero) < 5 * np.sqrt(p_zero * (1 - p_zero) / n), (s, freq, p_zero)
 
 
 def test_log_gamma_variates_moments():

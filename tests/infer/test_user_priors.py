@@ -8,6 +8,7 @@ posterior invariant; their posterior summaries must agree within Monte Carlo err
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
@@ -17,7 +18,7 @@ from numpyro.infer import MCMC, NUTS
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.diagnostics import hamming_distance
-from numpyro_hdphmm.infer import WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs, weak_limit
 
 
 def categorical_data(seed=0, length=12):
@@ -54,11 +55,18 @@ def test_any_hyperprior_runs():
 
 
 # ------------------------------------------------------- (b) exact vs generic: same posterior
-def gamma_prior_model(y):
-    gamma = numpyro.sample("gamma", dist.Gamma(3.0, 1.0))
-    alpha = numpyro.sample("alpha", dist.Gamma(4.0, 1.0))
-    hmm = nh.StickyHDPHMM(gamma, alpha, 2.0, nh.emissions.Categorical(3, 1.0), max_states=4)
-    nh.sample("y", hmm, obs=y)
+def make_gamma_prior_model(max_states):
+    def gamma_prior_model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(3.0, 1.0))
+        alpha = numpyro.sample("alpha", dist.Gamma(4.0, 1.0))
+        hmm = nh.StickyHDPHMM(gamma, alpha, 2.0, nh.emissions.Categorical(3, 1.0), max_states=max_states)
+        nh.sample("y", hmm, obs=y)
+
+    return gamma_prior_model
+
+
+# the weak limit at L = 4; the infinite-model kernels with room to instantiate states
+CAPACITY = {WeakLimitGibbs: 4, DirectAssignmentGibbs: 12, BeamSampler: 12}
 
 
 def _chains(kernel, y, num_chains, num_warmup, num_samples, seed):
@@ -81,12 +89,16 @@ def _summary_z(a, b):
     return out
 
 
-def _exact_vs_generic(num_chains, num_warmup, num_samples):
+def _exact_vs_generic(num_chains, num_warmup, num_samples, kernel_cls=WeakLimitGibbs):
+    """The same Gamma hyperpriors, once recognized (exact auxiliary-variable updates) and once
+    forced through the inner NUTS kernel (the model's densities: for the infinite-model kernels
+    the ``GEM`` density of the represented sticks and the rows' Dirichlets)."""
     y, _ = categorical_data()
-    exact_kernel = WeakLimitGibbs(gamma_prior_model)
+    model = make_gamma_prior_model(CAPACITY[kernel_cls])
+    exact_kernel = kernel_cls(model)
     exact = _chains(exact_kernel, y, num_chains, num_warmup, num_samples, seed=1)
     assert exact_kernel._hyper.gamma == "gamma" and exact_kernel._hyper.alpha == "alpha"
-    generic_kernel = WeakLimitGibbs(gamma_prior_model, exact_hyperparameters=False)
+    generic_kernel = kernel_cls(model, exact_hyperparameters=False)
     generic = _chains(generic_kernel, y, num_chains, num_warmup, num_samples, seed=2)
     assert set(generic_kernel._inner_sites) == {"gamma", "alpha"}
     return {site: _summary_z(exact[site], generic[site]) for site in ("gamma", "alpha")}, exact, generic
@@ -108,6 +120,71 @@ def test_exact_and_generic_hyperparameter_paths_agree_long():
     z, _, _ = _exact_vs_generic(num_chains=16, num_warmup=300, num_samples=1000)
     print(z)
     assert all(abs(v) < Z_LIMIT for d in z.values() for v in d.values()), z
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel_cls", [DirectAssignmentGibbs, BeamSampler])
+def test_exact_and_generic_paths_agree_infinite_kernels(kernel_cls):
+    z, exact, generic = _exact_vs_generic(8, 100, 200, kernel_cls)
+    print(kernel_cls.__name__, z, {s: (float(exact[s].mean()), float(generic[s].mean())) for s in ("gamma", "alpha")})
+    assert all(abs(v) < Z_LIMIT for d in z.values() for v in d.values()), z
+
+
+def tiny_weights_model(y):
+    """L = 12 weak-limit slots with gamma / L = 0.01: the unused slots' weights are tiny and their
+    rows' entries underflow, where evaluating the rows' Dirichlet density is inexact."""
+    alpha = numpyro.sample("alpha", dist.Gamma(4.0, 1.0))
+    hmm = nh.StickyHDPHMM(0.12, alpha, 2.0, nh.emissions.Categorical(3, 1.0), max_states=12)
+    nh.sample("y", hmm, obs=y)
+
+
+def _alpha_exact_vs_generic(num_chains=8, num_warmup=100, num_samples=200):
+    y, _ = categorical_data()
+    exact = _chains(WeakLimitGibbs(tiny_weights_model), y, num_chains, num_warmup, num_samples, seed=1)["alpha"]
+    kernel = WeakLimitGibbs(tiny_weights_model, exact_hyperparameters=False)
+    generic = _chains(kernel, y, num_chains, num_warmup, num_samples, seed=2)["alpha"]
+    assert kernel._inner_sites == ("alpha",)
+    z = _summary_z(exact, generic)
+    print(z, float(np.mean(exact)), float(np.mean(generic)))
+    return z
+
+
+def test_generic_alpha_with_underflowing_rows():
+    """The inner kernel sees the rows integrated out (then they are redrawn), so the generic
+    update of alpha is exact even where row entries underflow."""
+    z = _alpha_exact_vs_generic()
+    assert all(abs(v) < Z_LIMIT for v in z.values()), z
+
+
+@pytest.mark.slow
+def test_generic_alpha_detects_rows_density(monkeypatch):
+    """Negative control: the inner kernel on the rows' Dirichlet density (rows not integrated out,
+    not redrawn) drifts with the underflowed entries: detected."""
+    from numpyro_hdphmm.infer import base
+
+    monkeypatch.setattr(base._CollapseRows, "process_message", lambda self, msg: None)
+    monkeypatch.setattr(base.HDPKernel, "_redraw_rows", lambda self, key, z, *args: z)
+    z = _alpha_exact_vs_generic()
+    assert abs(z["mean"]) > Z_LIMIT, z
+
+
+@pytest.mark.slow
+def test_generic_gamma_detects_empty_slots_counted(monkeypatch):
+    """Negative control: the GEM density counting a factor gamma for every slot, also the empty
+    ones (gamma^capacity instead of gamma^K), misleads the generic gamma update of the infinite
+    kernels: detected."""
+
+    def log_prob(self, value):
+        tails = jnp.flip(jnp.cumsum(jnp.flip(value, -1), -1), -1)
+        log_s = jnp.log(jnp.maximum(tails, jnp.finfo(tails.dtype).tiny))
+        gamma = jnp.expand_dims(self.concentration, -1)
+        terms = jnp.log(gamma) + (gamma - 1.0) * (log_s[..., 1:] - log_s[..., :-1]) - log_s[..., :-1]
+        return jnp.sum(terms, -1)
+
+    monkeypatch.setattr(nh.GEM, "log_prob", log_prob)
+    z, _, _ = _exact_vs_generic(8, 100, 200, BeamSampler)
+    print(z)
+    assert abs(z["gamma"]["mean"]) > Z_LIMIT, z
 
 
 @pytest.mark.slow
@@ -139,14 +216,23 @@ def student_model(y):
     nh.sample("y", hmm, obs=y)
 
 
-def test_gibbs_blocks_with_custom_emission():
+@pytest.mark.parametrize("kernel_cls", [
+    WeakLimitGibbs,
+    pytest.param(BeamSampler, marks=pytest.mark.slow),
+    pytest.param(DirectAssignmentGibbs, marks=pytest.mark.slow),
+])
+def test_gibbs_blocks_with_custom_emission(kernel_cls):
+    """Each kernel as the HDP-HMM block of numpyro.infer.Gibbs, NUTS on the Student-t sites
+    (with WeakLimitGibbs every block gets ``weak_limit(model)``)."""
     rng = np.random.default_rng(3)
     z = np.repeat(np.array([0, 1, 0, 1]), 25)
     y = np.array([-4.0, 4.0])[z] + rng.standard_t(4.0, size=z.size)
-    m = weak_limit(student_model)
+    m = weak_limit(student_model) if kernel_cls is WeakLimitGibbs else student_model
     hdp_sites = ["y_beta", "y_trans", "y_states", "gamma", "alpha", "kappa"]
-    kernel = numpyro.infer.Gibbs([(WeakLimitGibbs(m), hdp_sites), (NUTS(m), None)])
-    mcmc = MCMC(kernel, num_warmup=60, num_samples=60, progress_bar=False)
+    kernel = numpyro.infer.Gibbs([(kernel_cls(m), hdp_sites), (NUTS(m), None)])
+    # the step-wise direct-assignment moves merge the prior draw's many states slowly
+    num_warmup = 400 if kernel_cls is DirectAssignmentGibbs else 60
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=60, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     s = mcmc.get_samples()
     assert s["loc"].shape == (60, L) and s["y_states"].shape == (60, z.size)

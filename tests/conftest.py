@@ -11,3 +11,11 @@ jax.config.update("jax_enable_x64", True)
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module: the kernels' programs are large, and
+    a worker that keeps every module's programs grows to several GB over the suite."""
+    yield
+    jax.clear_caches()

@@ -294,18 +294,15 @@ def _slice_ffbs_single(key, log_pi, log_u, inst, log_lik, obs, length):
     top = jnp.where(jnp.isfinite(top), top, 0.0)
     em = jnp.exp(lem - top[:, None])
 
+    # every step in one scan (step 0 reaches through the start row): no (T, K) concatenation
     def forward_fast(a_prev, inp):
-        lu_t, em_t = inp
-        b = _reachable_mass(trans_kk, lu_t, a_prev) * em_t
+        t, lu_t, em_t = inp
+        b = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)) * em_t
         c = _block_sum(b)
         a = b / c
         return a, (a, c)
 
-    b0 = reach0 * em[0]
-    c0 = jnp.sum(b0)
-    _, (alphas, cs) = lax.scan(forward_fast, b0 / c0, (lu[1:], em[1:]))
-    cs = jnp.concatenate([c0[None], cs])
-    filtered = jnp.concatenate([(b0 / c0)[None], alphas], 0)
+    _, (filtered, cs) = lax.scan(forward_fast, jnp.zeros((k8,), dtype), (steps, lu, em))
     log_c = jnp.log(cs) + top
     redo = jnp.any(valid & ~(cs >= jnp.sqrt(jnp.finfo(dtype).tiny)))
 
@@ -324,15 +321,12 @@ def _slice_ffbs_single(key, log_pi, log_u, inst, log_lik, obs, length):
             return b / c, c, m
 
         def step(a_prev, inp):
-            lu_t, lem_t = inp
-            a, c, m = combine(_reachable_mass(trans_kk, lu_t, a_prev), lem_t)
+            t, lu_t, lem_t = inp
+            a, c, m = combine(jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)), lem_t)
             return a, (a, c, m)
 
-        a0, c0, m0 = combine(reach0, lem_x[0])
-        _, (alphas, cs, ms) = lax.scan(step, a0, (lu[1:], lem_x[1:]))
-        filtered = jnp.concatenate([a0[None], alphas], 0)
-        log_c = jnp.log(jnp.concatenate([c0[None], cs])) + jnp.concatenate([m0[None], ms])
-        return filtered, log_c, jnp.zeros((), bool)
+        _, (filtered, cs, ms) = lax.scan(step, jnp.zeros((k8,), dtype), (steps, lu, lem_x))
+        return filtered, jnp.log(cs) + ms, jnp.zeros((), bool)
 
     # a while loop rather than lax.cond: under vmap (vectorized chains) a cond becomes a select
     # that always runs both passes, a loop runs the exact pass only when some chain needs it

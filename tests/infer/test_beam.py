@@ -244,6 +244,10 @@ def test_geweke_with_hyperparameter_updates():
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason=(
+    "negative control too weak in this configuration: the printed gamma mixing weight gave "
+    "z_gamma = 1.08 (session 3, also on e3dc9ac); the weak-limit Geweke test detects the "
+    "printed form. Needs a regime where the mixture weight matters (issue 5)."))
 def test_geweke_detects_printed_gamma_update(monkeypatch):
     real = crp.resample_gamma
     monkeypatch.setattr(crp, "resample_gamma", lambda *args, **kwargs: real(*args[:6], printed_typo=True))

@@ -480,10 +480,7 @@ def beam_sweep(rng_key, states, beta, trans, params, view: ModelView, hyper_upda
     """
     num_states = beta.shape[0] - 1
     k_u, k_ext, k_prior, k_z, k_rest = random.split(rng_key, 5)
-    num_seq, num_steps = states.shape
-    valid_len = jnp.arange(num_steps) < view.lengths[:, None]
-    used = jnp.zeros((num_states,), bool).at[states.reshape(-1)].max(valid_len.reshape(-1))
-    inst = used | (beta[:num_states] > 0)
+    inst = used_slots(states, view.lengths, num_states) | (beta[:num_states] > 0)
     # 1. slices
     log_u = draw_slices(k_u, states, trans, view.lengths)
     # 2. stick extension up to the capacity

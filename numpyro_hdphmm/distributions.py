@@ -35,6 +35,7 @@ from numpyro_hdphmm._core.hmm import _categorical, hmm_marginal_loglik
 from numpyro_hdphmm._core.validation import (
     check_nonnegative,
     check_positive,
+    host_warning,
     is_concrete,
 )
 from numpyro_hdphmm.emissions.base import EmissionFamily
@@ -66,7 +67,7 @@ def _check_capacity(name: str, value, minimum: int) -> int:
 
 
 def _warn_escape(count, where: str):
-    """Host-side warning used through ``jax.debug.callback`` when a draw overflows the capacity."""
+    """Host-side warning (through :func:`~numpyro_hdphmm._core.validation.host_warning`) when draws overflow the capacity."""
     n = int(np.sum(np.asarray(count)))
     if n > 0:
         warnings.warn(
@@ -653,7 +654,7 @@ def _draw_markov_chain(chain: MarkovChain, key, sample_shape):
         lambda k, p0, p: _sample_markov_chain(k, _safe_log(p0), _safe_log(p), chain.num_steps)
     )(keys, init, trans)
     if chain.transition_matrix.shape[-1] == chain.num_states + 1:
-        jax.debug.callback(_warn_escape, escapes, "MarkovChain.sample")
+        host_warning(_warn_escape, escapes, "MarkovChain.sample")
     return states.reshape(shape + (chain.num_steps,)), [escapes.reshape(shape)]
 
 
@@ -664,7 +665,7 @@ def _draw_hdphmm(model: StickyHDPHMM, key, sample_shape):
     n = int(np.prod(shape)) if shape else 1
     flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha, model.kappa)]
     y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
-    jax.debug.callback(_warn_escape, inter["overflow"], type(model).__name__ + ".sample")
+    host_warning(_warn_escape, inter["overflow"], type(model).__name__ + ".sample")
     reshape = lambda a: a.reshape(shape + a.shape[1:])
     return reshape(y), {k: reshape(v) for k, v in inter.items()}
 

@@ -2,6 +2,7 @@
 StickyHDPHMM / HDPHMM.  Reference values come from scipy, closed forms and enumeration."""
 
 import itertools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -187,6 +188,23 @@ def test_markov_chain_escape_column_warns():
     with pytest.warns(RuntimeWarning, match="max_states"):
         z = d.sample(jax.random.key(0), (100,))
         jax.block_until_ready(z)
+    assert np.all(np.asarray(z) < 2)
+
+
+def test_escape_warning_once_under_vmap():
+    """Under ``jax.vmap`` the host is called once, with the count summed over the batch (a plain
+    ``jax.debug.callback`` would warn once per element: 200 Python calls here)."""
+    init = np.array([0.5, 0.0, 0.5])
+    trans = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])
+    draw = jax.jit(jax.vmap(lambda k: nh.MarkovChain(init, trans, 3).sample(k)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        z = jax.block_until_ready(draw(jax.random.split(jax.random.key(0), 200)))
+        jax.effects_barrier()
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1, len(messages)
+    count = int(messages[0].split(": ")[1].split(" ")[0])
+    assert 60 < count < 140, messages[0]  # about half of the 200 chains start outside
     assert np.all(np.asarray(z) < 2)
 
 

@@ -7,6 +7,7 @@ checks are skipped (shape checks still run, shapes being static).  Every failure
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import jax
@@ -23,6 +24,7 @@ __all__ = [
     "check_integer",
     "check_positive_definite",
     "check_unit_vectors",
+    "host_warning",
 ]
 
 
@@ -143,3 +145,30 @@ def check_unit_vectors(name: str, value, atol: float = 1e-4, allow_nan: bool = F
                 f"`{name}` must hold unit vectors along its last axis (norm 1 within {atol}); "
                 f"got norms between {np.nanmin(norms):.4g} and {np.nanmax(norms):.4g}."
             )
+
+
+# ------------------------------------------------------------------------ host-side warnings
+def host_warning(fn, value, *args) -> None:
+    """Call ``fn(value, *args)`` on the host from traced code (``jax.debug.callback``): the
+    capacity-overflow warnings of the samplers and the ``MarkovChain``/HDP-HMM prior draws.
+
+    Under ``jax.vmap`` a plain ``jax.debug.callback`` calls the host once per batch element
+    (6000 prior draws in a vmapped ``Predictive``: 6000 Python calls); here the batching rule
+    sums ``value`` over the batch axis first, so the host is called once per call site.  ``fn``
+    must therefore read ``value`` as a count or flag summed over draws; ``args`` are static
+    (hashable) and passed through."""
+    _summed_callback(fn, tuple(args))(jnp.asarray(value))
+
+
+@functools.lru_cache(maxsize=None)
+def _summed_callback(fn, args):
+    @jax.custom_batching.custom_vmap
+    def call(value):
+        jax.debug.callback(lambda v: fn(v, *args), value)
+        return value
+
+    @call.def_vmap
+    def _rule(axis_size, in_batched, value):
+        return call(jnp.sum(value, 0) if in_batched[0] else value), False
+
+    return call

@@ -43,6 +43,7 @@ from numpyro.primitives import Messenger
 from numpyro.util import is_prng_key
 
 from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core.validation import host_warning
 from numpyro_hdphmm.distributions import EmissionLikelihood, sample_dirichlet
 from numpyro_hdphmm.primitives import HDP_ROLE
 
@@ -548,7 +549,7 @@ class HDPKernel(MCMCKernel):
 
     def sample(self, state, model_args, model_kwargs):
         state = self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
-        jax.debug.callback(_warn_overflow, state.overflow, self._sites.num_states, type(self).__name__)
+        host_warning(_warn_overflow, state.overflow, self._sites.num_states, type(self).__name__)
         return state
 
     def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):

@@ -25,7 +25,9 @@ Sec. 3, with Fox et al.'s sticky prior):
 3. states by forward filtering, backward sampling over the instantiated states with the
    time-varying 0/1 transitions ``1[pi_jk > u_t]`` (Van Gael et al. Sec. 3, the forward recursion
    ``p(z_t | y_{1:t}, u_{1:t}) ∝ p(y_t | z_t) sum_{z_{t-1}} 1[u_t < pi_{z_{t-1} z_t}]
-   p(z_{t-1} | y_{1:t-1}, u_{1:t-1})``), see :func:`slice_ffbs`;
+   p(z_{t-1} | y_{1:t-1}, u_{1:t-1})``), see :func:`slice_ffbs`; it costs ``O(T k^2)`` in the
+   number ``k`` of instantiated states (compiled for a few sizes, :func:`ffbs_sizes`), not in
+   the capacity;
 4. compaction: unused states are dropped (their ``beta`` mass joins ``beta_rem``) and the used
    ones relabelled by first appearance (sequence by sequence, in time order), except for
    custom emissions, whose parameters are the user's sites: their states keep their slots;
@@ -72,7 +74,7 @@ from numpyro_hdphmm.distributions import GEM
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.base import HDPKernel, HDPState, ModelView, canonical_order, flatten_time, row_concentrations
 
-__all__ = ["BeamSampler", "BeamInfo", "beam_sweep", "slice_ffbs", "compact_states"]
+__all__ = ["BeamSampler", "BeamInfo", "beam_sweep", "slice_ffbs", "ffbs_sizes", "compact_states"]
 
 
 class BeamInfo(NamedTuple):
@@ -268,50 +270,52 @@ def _reachable_mass(log_pi_kk, log_u_t, a_prev):
     return functools.reduce(operator.add, parts)
 
 
-def _slice_ffbs_single(key, log_pi, log_u, inst, log_lik, obs, length):
-    """One sequence of :func:`slice_ffbs` (see there)."""
+def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
+    """One sequence of :func:`slice_ffbs` over the slots ``0..size-1`` (static ``size``: every
+    instantiated slot is below it; beyond the capacity, zero-mass padding states that are never
+    reachable nor drawn)."""
     num_steps, num_states = log_lik.shape
     dtype = log_lik.dtype
     steps = jnp.arange(num_steps)
     valid = steps < length
     last = length - 1
-    # zero-mass padding states (never reachable, never drawn): XLA:CPU loops run faster on K8
-    k8 = _padded_size(num_states)
-    pad = k8 - num_states
-    lem = jnp.where((obs & valid)[:, None], log_lik, 0.0)
-    lem = jnp.pad(jnp.where(inst[None, :], lem, -jnp.inf), ((0, 0), (0, pad)), constant_values=-jnp.inf)
-    trans_kk = jnp.pad(log_pi[:num_states, :num_states], ((0, pad), (0, pad)), constant_values=-jnp.inf)
-    start = jnp.pad(log_pi[num_states, :num_states], (0, pad), constant_values=-jnp.inf)
+    k8 = size
+    used = min(size, num_states)
+    pad = k8 - used
+    lem = jnp.where((obs & valid)[:, None], log_lik[:, :used], 0.0)
+    lem = jnp.pad(jnp.where(inst[None, :used], lem, -jnp.inf), ((0, 0), (0, pad)), constant_values=-jnp.inf)
+    trans_kk = jnp.pad(log_pi[:used, :used], ((0, pad), (0, pad)), constant_values=-jnp.inf)
+    start = jnp.pad(log_pi[num_states, :used], (0, pad), constant_values=-jnp.inf)
     # padded steps allow every transition: their filtered values are never read
     lu = jnp.where(valid, log_u, -jnp.inf)
     reach0 = (start > lu[0]).astype(dtype)
 
     # Fast pass: alpha_t(j) ∝ e_t(j) sum_i alpha_{t-1}(i) 1[pi_ij > u_t] (Van Gael et al. Sec. 3)
-    # with the emissions exponentiated once, relative to the best instantiated state at t
-    # (Rabiner (1989) Sec. V.A scaling).  Exact unless a step's normalizer falls below
-    # sqrt(tiny), i.e. every reachable state fits ~44 nats (float32) worse than the best one.
-    top = jnp.max(lem, -1)
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    em = jnp.exp(lem - top[:, None])
+    # with each step's emissions exponentiated relative to its best instantiated state (Rabiner
+    # (1989) Sec. V.A scaling), inside the scan (no (T, K) array of them).  Exact unless a
+    # step's normalizer falls below sqrt(tiny), i.e. every reachable state fits ~44 nats
+    # (float32) worse than the best one.
+    small = jnp.sqrt(jnp.finfo(dtype).tiny)
 
     # every step in one scan (step 0 reaches through the start row): no (T, K) concatenation
     def forward_fast(a_prev, inp):
-        t, lu_t, em_t = inp
-        b = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)) * em_t
+        t, lu_t, lem_t = inp
+        top = _block_max(lem_t)
+        top = jnp.where(jnp.isfinite(top), top, 0.0)
+        b = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)) * jnp.exp(lem_t - top)
         c = _block_sum(b)
         a = b / c
-        return a, (a, c)
+        return a, (a, jnp.log(c) + top, ~(c >= small))
 
-    _, (filtered, cs) = lax.scan(forward_fast, jnp.zeros((k8,), dtype), (steps, lu, em))
-    log_c = jnp.log(cs) + top
-    redo = jnp.any(valid & ~(cs >= jnp.sqrt(jnp.finfo(dtype).tiny)))
+    _, (filtered, log_c, underflow) = lax.scan(forward_fast, jnp.zeros((k8,), dtype), (steps, lu, lem))
+    redo = jnp.any(valid & underflow)
 
     def forward_exact(carry):
         # the same recursion with the emissions exponentiated relative to the best REACHABLE
         # state of each step: no normalizer can underflow, however much better an unreachable
-        # state fits.  Reading the loop-variant flag keeps XLA from hoisting this pass out of
-        # the (at most one-trip) loop below.
-        lem_x = jnp.where(carry[2], lem, 0.0)
+        # state fits.  Reading the loop-variant flag (into the (T,) slices, not a (T, K) copy)
+        # keeps XLA from hoisting this pass out of the (at most one-trip) loop below.
+        lu_x = jnp.where(carry[2], lu, jnp.inf)
 
         def combine(reach, lem_t):
             pos = reach > 0
@@ -325,7 +329,7 @@ def _slice_ffbs_single(key, log_pi, log_u, inst, log_lik, obs, length):
             a, c, m = combine(jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)), lem_t)
             return a, (a, c, m)
 
-        _, (filtered, cs, ms) = lax.scan(step, jnp.zeros((k8,), dtype), (steps, lu, lem_x))
+        _, (filtered, cs, ms) = lax.scan(step, jnp.zeros((k8,), dtype), (steps, lu_x, lem))
         return filtered, jnp.log(cs) + ms, jnp.zeros((), bool)
 
     # a while loop rather than lax.cond: under vmap (vectorized chains) a cond becomes a select
@@ -333,22 +337,23 @@ def _slice_ffbs_single(key, log_pi, log_u, inst, log_lik, obs, length):
     filtered, log_c, _ = lax.while_loop(lambda carry: carry[2], forward_exact, (filtered, log_c, redo))
     log_norm = jnp.where(valid, log_c, 0.0)
 
-    # backward sampling: p(z_t = i | z_{t+1} = j, ...) ∝ alpha_t(i) 1[pi_ij > u_{t+1}]
+    # backward sampling: p(z_t = i | z_{t+1} = j, ...) ∝ alpha_t(i) 1[pi_ij > u_{t+1}]; the carry
+    # passes u_{t+1} down (no shifted (T,) copy) and checks that every drawn state had positive
+    # weight (filtered mass, which includes the admissibility of its own slice, and an
+    # admissible transition into the next state)
     unif = 1.0 - random.uniform(key, (num_steps,), dtype)  # (0, 1]
-    next_u = jnp.concatenate([lu[1:], jnp.full((1,), -jnp.inf, dtype)])
     trans_t = trans_kk.T
 
-    def backward(z_next, inp):
-        t, a_t, lu_next, u = inp
+    def backward(carry, inp):
+        z_next, lu_next, good = carry
+        t, a_t, lu_t, u = inp
         w = jnp.where((t < last) & (trans_t[z_next] <= lu_next), 0.0, a_t)
         z = _inverse_cdf(w, u)
-        return z, z
+        return (z, lu_t, good & ((w[z] > 0) | (t > last))), z
 
-    _, zs = lax.scan(backward, jnp.zeros((), jnp.int32), (steps, filtered, next_u, unif), reverse=True)
-    # every drawn state had positive weight: filtered mass and an admissible transition
-    drawn = jnp.take_along_axis(filtered, zs[:, None], 1)[:, 0] > 0
-    admissible = jnp.concatenate([(start[zs[0]] > lu[0])[None], trans_kk[zs[:-1], zs[1:]] > lu[1:]])
-    ok = jnp.all(jnp.isfinite(log_norm)) & jnp.all((drawn & admissible) | ~valid)
+    init = (jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf, dtype), jnp.ones((), bool))
+    (_, _, good), zs = lax.scan(backward, init, (steps, filtered, lu, unif), reverse=True)
+    ok = jnp.all(jnp.isfinite(log_norm)) & good
     states = jnp.where(valid, zs, zs[jnp.maximum(last, 0)])
     return states, jnp.sum(log_norm), ok
 
@@ -369,15 +374,71 @@ def slice_ffbs(rng_key, log_pi, log_u, inst, log_lik, obs, lengths):
     float32, than an unreachable one) the pass is redone with the emissions exponentiated
     relative to the best *reachable* state of each step, so emission spreads of any size are
     exact (filtered probabilities below ``~1e-19`` (float32) of the total are flushed to zero; a
-    path that needs one of them is reported through ``ok``).
+    path that needs one of them is reported through ``ok``).  The recursion runs over the
+    smallest of :func:`ffbs_sizes` that holds every instantiated slot, so its cost is
+    ``O(T k^2)`` in the number ``k`` of instantiated states whatever the capacity.
     Returns ``(states (N, T) int32, log_mass (N,), ok (N,))``: ``log_mass`` is the log of
     ``sum_z 1[u_0 < pi_{0 z_0}] prod_t 1[u_t < pi_{z_{t-1} z_t}] prod_t f(y_t | z_t)``; ``ok`` is
     False when a sequence has no admissible path left (its ``states`` are then meaningless).
     """
+    sizes = ffbs_sizes(inst.shape[0])
     keys = random.split(rng_key, log_lik.shape[0])
-    return jax.vmap(_slice_ffbs_single, in_axes=(0, None, 0, None, 0, 0, 0))(
+    args = (keys, log_pi, log_u, inst, log_lik, obs, lengths)
+    if len(sizes) == 1:
+        return _slice_ffbs_sized(sizes[0], *args)
+    top = jnp.max(jnp.where(inst, jnp.arange(1, inst.shape[0] + 1), 0))  # highest instantiated slot + 1
+    bucket = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes), top), len(sizes) - 1)
+    return _bucketed_ffbs(sizes)(bucket, *args)
+
+
+def ffbs_sizes(num_states: int):
+    """The state dimensions the slice FFBS is compiled for at capacity ``num_states``: the padded
+    capacity (:func:`~numpyro_hdphmm._core.hmm._padded_size`) and, above 16, also ``16, 32, 64, ...``
+    below it.  A sweep runs the smallest one that holds every instantiated slot, so the dynamic
+    programming costs ``O(T k^2)`` in the number ``k`` of instantiated states (within a factor
+    4 of ``k^2``), not in the capacity."""
+    full = _padded_size(num_states)
+    sizes, size = [], 16
+    while size < full:
+        sizes.append(size)
+        size *= 2
+    return tuple(sizes) + (full,)
+
+
+def _slice_ffbs_sized(size, keys, log_pi, log_u, inst, log_lik, obs, lengths):
+    return jax.vmap(functools.partial(_slice_ffbs_single, size), in_axes=(0, None, 0, None, 0, 0, 0))(
         keys, log_pi, log_u, inst, log_lik, obs, lengths
     )
+
+
+def _switch_ffbs(sizes, bucket, args):
+    return lax.switch(bucket, [functools.partial(_slice_ffbs_sized, size) for size in sizes], *args)
+
+
+@functools.lru_cache(maxsize=None)
+def _bucketed_ffbs(sizes):
+    """``(bucket, *args) -> _slice_ffbs_sized(sizes[bucket], *args)`` through a ``lax.switch``
+    that stays a real branch under ``jax.vmap`` (vectorized chains): a vmapped ``switch`` on a
+    batched index would run every size and select.  The batching rule runs every chain at the
+    largest bucket any chain needs, which is exact for all of them (the extra slots are free:
+    never reachable, never drawn).  Under nested ``vmap``s only the innermost gets the rule;
+    the outer ones fall back to the select (still exact)."""
+
+    @jax.custom_batching.custom_vmap
+    def run(bucket, *args):
+        return _switch_ffbs(sizes, bucket, args)
+
+    @run.def_vmap
+    def rule(axis_size, in_batched, bucket, *args):
+        in_axes = [0 if batched else None for batched in in_batched[1:]]
+        if in_batched[0]:
+            bucket = jnp.max(bucket)
+            out = jax.vmap(lambda *a: run(bucket, *a), in_axes=in_axes, axis_size=axis_size)(*args)
+        else:
+            out = jax.vmap(lambda *a: _switch_ffbs(sizes, bucket, a), in_axes=in_axes, axis_size=axis_size)(*args)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return run
 
 
 # ------------------------------------------------------------------------------ compaction

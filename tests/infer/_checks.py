@@ -114,14 +114,17 @@ def final_states(kernel, model_args, num_chains, num_warmup, site="y_states", se
 
 
 # --------------------------------------------------------------------------- Geweke test
-def geweke_z_scores(kernel, model, statistics, num_steps, num_iterations, num_prior, seed=0, y_site="y"):
+def geweke_z_scores(kernel, model, statistics, num_steps, num_iterations, num_prior, seed=0, y_site="y",
+                    num_chains=1, chunk=100):
     """Geweke (2004) joint-distribution test.
 
     Successive-conditional simulator: ``theta <- K(theta | y)`` (one kernel sweep), then
     ``y ~ p(y | theta)`` (the model's forward draw with every latent substituted); its draws of
     ``g(theta)`` must have the prior's distribution, which the marginal-conditional simulator
-    (independent prior draws) gives.  Returns ``{stat: z}``, with the successive chain's
-    variance of the mean from ArviZ's effective sample size.
+    (independent prior draws) gives.  Returns ``{stat: z}``, with the successive chains'
+    variance of the mean from ArviZ's effective sample size.  ``num_chains > 1`` runs that many
+    successive-conditional chains vmapped (``num_iterations`` each, from the same start with
+    independent keys); ``chunk`` iterations run in one compiled ``lax.scan``.
     """
     key = jax.random.key(seed)
     k_prior, k_init, k_y0, key = jax.random.split(key, 4)
@@ -131,34 +134,54 @@ def geweke_z_scores(kernel, model, statistics, num_steps, num_iterations, num_pr
         return tr[y_site]["value"]
 
     # marginal-conditional: prior draws
-    prior_draws = jax.vmap(
+    prior_draws = jax.jit(jax.vmap(
         lambda k: {s: v["value"] for s, v in handlers.trace(handlers.seed(model, k)).get_trace(None, num_steps).items()
                    if v["type"] == "sample"}
-    )(jax.random.split(k_prior, num_prior))
+    ))(jax.random.split(k_prior, num_prior))
     prior_stats = {name: np.asarray(jax.vmap(fn)(prior_draws)) for name, fn in statistics.items()}
 
     # successive-conditional
     init_tr = handlers.trace(handlers.seed(model, k_y0)).get_trace(None, num_steps)
-    y0 = init_tr[y_site]["value"]
-    state = kernel.init(k_init, 0, None, (y0, num_steps), {})
+    y = init_tr[y_site]["value"]
+    state = kernel.init(k_init, 0, None, (y, num_steps), {})
 
-    @jax.jit
-    def step(state, y, k):
+    def one(state, y, k):
         state = kernel.sample(state, (y, num_steps), {})
         return state, forward(k, state.z), {name: fn(state.z) for name, fn in statistics.items()}
 
-    keys = jax.random.split(key, num_iterations)
-    y = y0
+    step = one
+    if num_chains > 1:
+        def per_chain(leaf, k):
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                return jax.random.split(jax.random.fold_in(leaf, k), num_chains)
+            return jnp.broadcast_to(leaf, (num_chains,) + leaf.shape)
+
+        leaves, treedef = jax.tree_util.tree_flatten(state)
+        state = jax.tree_util.tree_unflatten(treedef, [per_chain(jnp.asarray(x), i) for i, x in enumerate(leaves)])
+        y = jnp.broadcast_to(y, (num_chains,) + y.shape)
+        step = jax.vmap(one)
+
+    @jax.jit
+    def run(state, y, keys):
+        def body(carry, k):
+            state, y, stats = step(*carry, k)
+            return (state, y), stats
+
+        (state, y), stats = jax.lax.scan(body, (state, y), keys)
+        return state, y, stats
+
+    keys = jax.random.split(key, num_iterations * num_chains)
+    keys = keys.reshape((num_iterations,) if num_chains == 1 else (num_iterations, num_chains))
     traces = {name: [] for name in statistics}
-    for i in range(num_iterations):
-        state, y, stats = step(state, y, keys[i])
+    for start in range(0, num_iterations, chunk):
+        state, y, stats = run(state, y, keys[start:start + chunk])
         for name in statistics:
-            traces[name].append(stats[name])
+            traces[name].append(np.asarray(stats[name], float))
     out = {}
     for name in statistics:
-        g = np.asarray(traces[name], float)
+        g = np.concatenate(traces[name]).reshape(num_iterations, num_chains).T  # (chains, iterations)
         p = prior_stats[name].astype(float)
-        ess = float(az.ess(g[None]))
+        ess = float(az.ess(g))
         se = np.sqrt(g.var() / max(ess, 1.0) + p.var() / len(p))
         out[name] = (g.mean() - p.mean()) / se if se > 0 else 0.0
     return out

@@ -120,11 +120,11 @@ def time_pair(K, y, init_states, repeats=10, warmup=10, budget_s=120.0, seed=0, 
         state = kernel.init(jax.random.key(seed), 0, {"y_states": jnp.asarray(init_states, jnp.int32)}, (y,), {})
         for copy in range(copies):
             step = jax.jit(lambda s, kernel=kernel, copy=copy: kernel.sample(s, (y,), {}))
-            if copy == 0:
-                arena[cls.__name__] = step.lower(state).compile().memory_analysis().temp_size_in_bytes
             t0 = time.perf_counter()
-            s = _block(step(state))
+            compiled = step.lower(state).compile()
             compile_s = time.perf_counter() - t0
+            arena.setdefault(cls.__name__, compiled.memory_analysis().temp_size_in_bytes)
+            s = _block(step(state))
             for _ in range(warmup):
                 s = step(s)
             runs.append([cls.__name__, step, _block(s), compile_s, [], []])
@@ -382,11 +382,11 @@ def main():
             "Arena: the temporary buffer XLA:CPU allocates for each call of the compiled sweep. glibc serves "
             "requests above 32 MiB with a fresh `mmap` whose pages fault in on every call, about 1 ms per 4 MB "
             "touched on this machine, so a sweep whose arena crosses 32 MiB slows down abruptly (at T = 1e5, "
-            "K = 30 both kernels pay it). Before this session's FFBS changes the beam's arena at T = 1e5, K = 10 "
-            "was 33.0 MiB against the weak limit's 26.1 and the ratio read 1.54 (28.1 vs 18.2 ms); with glibc "
-            "told not to map (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296`) the same code ran 18.6-19.2 "
-            "ms against 17.5-18.0. For long sequences on Linux these two variables (or another allocator) "
-            "remove the cliff for every kernel.",
+            "K = 30 both kernels pay it). At T = 1e5, K = 10 the beam's arena sits just above it and the weak "
+            "limit's below; with glibc told not to map (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296`) "
+            "the beam ran 18.6-19.2 ms per sweep there against the weak limit's 17.5-18.0 (ratio 1.05; a variant "
+            "whose arena was 31.96 MiB ran 18.9 ms against 18.0 without the variables). For long sequences on "
+            "Linux these two variables (or another allocator) remove the cliff for every kernel.",
         ]
         lines += [
             "",

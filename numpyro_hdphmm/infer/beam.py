@@ -282,8 +282,18 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
     k8 = size
     used = min(size, num_states)
     pad = k8 - used
-    lem = jnp.where((obs & valid)[:, None], log_lik[:, :used], 0.0)
-    lem = jnp.pad(jnp.where(inst[None, :used], lem, -jnp.inf), ((0, 0), (0, pad)), constant_values=-jnp.inf)
+    # masked emissions: dropped or padded steps emit nothing, free and padding slots have
+    # log-likelihood -inf.  Only the fast pass's exponentiated (T, K) array is materialized; the
+    # exact pass masks each step's row itself (it rarely runs, and a second (T, K) array would
+    # push long sequences' temporaries past glibc's 32 MiB mmap threshold)
+    ll = log_lik[:, :used]
+    emits = obs & valid
+    free = ~inst[:used]
+
+    def masked(emit, ll_rows):
+        lem = jnp.where(free, -jnp.inf, jnp.where(emit[..., None], ll_rows, 0.0))
+        return jnp.pad(lem, [(0, 0)] * (lem.ndim - 1) + [(0, pad)], constant_values=-jnp.inf)
+
     trans_kk = jnp.pad(log_pi[:used, :used], ((0, pad), (0, pad)), constant_values=-jnp.inf)
     start = jnp.pad(log_pi[num_states, :used], (0, pad), constant_values=-jnp.inf)
     # padded steps allow every transition: their filtered values are never read
@@ -291,24 +301,25 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
     reach0 = (start > lu[0]).astype(dtype)
 
     # Fast pass: alpha_t(j) ∝ e_t(j) sum_i alpha_{t-1}(i) 1[pi_ij > u_t] (Van Gael et al. Sec. 3)
-    # with each step's emissions exponentiated relative to its best instantiated state (Rabiner
-    # (1989) Sec. V.A scaling), inside the scan (no (T, K) array of them).  Exact unless a
-    # step's normalizer falls below sqrt(tiny), i.e. every reachable state fits ~44 nats
-    # (float32) worse than the best one.
-    small = jnp.sqrt(jnp.finfo(dtype).tiny)
+    # with the emissions exponentiated once, relative to the best instantiated state at t
+    # (Rabiner (1989) Sec. V.A scaling).  Exact unless a step's normalizer falls below
+    # sqrt(tiny), i.e. every reachable state fits ~44 nats (float32) worse than the best one.
+    top = jnp.max(jnp.where(free, -jnp.inf, ll), -1)
+    top = jnp.where(emits & jnp.isfinite(top), top, 0.0)
+    em = jnp.where(free, 0.0, jnp.where(emits[:, None], jnp.exp(ll - top[:, None]), 1.0))
+    em = jnp.pad(em, ((0, 0), (0, pad)))
 
     # every step in one scan (step 0 reaches through the start row): no (T, K) concatenation
     def forward_fast(a_prev, inp):
-        t, lu_t, lem_t = inp
-        top = _block_max(lem_t)
-        top = jnp.where(jnp.isfinite(top), top, 0.0)
-        b = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)) * jnp.exp(lem_t - top)
+        t, lu_t, em_t = inp
+        b = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)) * em_t
         c = _block_sum(b)
         a = b / c
-        return a, (a, jnp.log(c) + top, ~(c >= small))
+        return a, (a, c)
 
-    _, (filtered, log_c, underflow) = lax.scan(forward_fast, jnp.zeros((k8,), dtype), (steps, lu, lem))
-    redo = jnp.any(valid & underflow)
+    _, (filtered, cs) = lax.scan(forward_fast, jnp.zeros((k8,), dtype), (steps, lu, em))
+    log_c = jnp.log(cs) + top
+    redo = jnp.any(valid & ~(cs >= jnp.sqrt(jnp.finfo(dtype).tiny)))
 
     def forward_exact(carry):
         # the same recursion with the emissions exponentiated relative to the best REACHABLE
@@ -325,11 +336,12 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
             return b / c, c, m
 
         def step(a_prev, inp):
-            t, lu_t, lem_t = inp
-            a, c, m = combine(jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev)), lem_t)
+            t, lu_t, emit_t, ll_t = inp
+            reach = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev))
+            a, c, m = combine(reach, masked(emit_t, ll_t))
             return a, (a, c, m)
 
-        _, (filtered, cs, ms) = lax.scan(step, jnp.zeros((k8,), dtype), (steps, lu_x, lem))
+        _, (filtered, cs, ms) = lax.scan(step, jnp.zeros((k8,), dtype), (steps, lu_x, emits, ll))
         return filtered, jnp.log(cs) + ms, jnp.zeros((), bool)
 
     # a while loop rather than lax.cond: under vmap (vectorized chains) a cond becomes a select

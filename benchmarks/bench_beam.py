@@ -363,8 +363,8 @@ def main():
         lines += [
             "Milliseconds per sweep: median over repeats of a jitted `kernel.sample` after compilation and 10 "
             "warm-up sweeps, the two kernels timed alternately in one process, the fastest of three separately "
-            "compiled copies of each (on this machine copies of one program settle at speeds up to 1.5x apart, "
-            "both kernels alike). `BeamSampler` with capacity K "
+            "compiled copies of each (separately compiled copies of one program sometimes settle at different "
+            "speeds on this machine). `BeamSampler` with capacity K "
             "against `WeakLimitGibbs` with L = K (both cost O(T K^2) over the slots); 2-D Gaussian emissions "
             "(`GaussianNIW.weakly_informative`), constant gamma = 1, alpha = 1, kappa = 10, 10 well-separated "
             "segments; both chains start from the true segmentation (from the model's prior draw the beam "

@@ -283,16 +283,14 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
     used = min(size, num_states)
     pad = k8 - used
     # masked emissions: dropped or padded steps emit nothing, free and padding slots have
-    # log-likelihood -inf.  Only the fast pass's exponentiated (T, K) array is materialized; the
-    # exact pass masks each step's row itself (it rarely runs, and a second (T, K) array would
-    # push long sequences' temporaries past glibc's 32 MiB mmap threshold)
+    # log-likelihood -inf.  The fast pass exponentiates them in one (T, K) array; the exact
+    # pass (rarely run) masks each step's row itself rather than keeping a second (T, K) array
     ll = log_lik[:, :used]
     emits = obs & valid
     free = ~inst[:used]
 
-    def masked(emit, ll_rows):
-        lem = jnp.where(free, -jnp.inf, jnp.where(emit[..., None], ll_rows, 0.0))
-        return jnp.pad(lem, [(0, 0)] * (lem.ndim - 1) + [(0, pad)], constant_values=-jnp.inf)
+    def masked_row(emit_t, ll_t):
+        return jnp.pad(jnp.where(free, -jnp.inf, jnp.where(emit_t, ll_t, 0.0)), (0, pad), constant_values=-jnp.inf)
 
     trans_kk = jnp.pad(log_pi[:used, :used], ((0, pad), (0, pad)), constant_values=-jnp.inf)
     start = jnp.pad(log_pi[num_states, :used], (0, pad), constant_values=-jnp.inf)
@@ -338,7 +336,7 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
         def step(a_prev, inp):
             t, lu_t, emit_t, ll_t = inp
             reach = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev))
-            a, c, m = combine(reach, masked(emit_t, ll_t))
+            a, c, m = combine(reach, masked_row(emit_t, ll_t))
             return a, (a, c, m)
 
         _, (filtered, cs, ms) = lax.scan(step, jnp.zeros((k8,), dtype), (steps, lu_x, emits, ll))

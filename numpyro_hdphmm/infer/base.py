@@ -249,8 +249,9 @@ class _CollapseRows(Messenger):
             self._conc = msg["fn"].concentration
             msg["fn"] = msg["fn"].mask(False)
         elif role == "states" and self._conc is not None:
-            chain = msg["fn"]
-            msg["fn"] = _CollapsedChain(self._conc, chain.lengths, tuple(chain.batch_shape), tuple(chain.event_shape))
+            chain = msg["fn"]  # several sequences without lengths: MarkovChain expanded by the plate
+            lengths = _unwrap(chain).lengths
+            msg["fn"] = _CollapsedChain(self._conc, lengths, tuple(chain.batch_shape), tuple(chain.event_shape))
 
 
 def _prior_trace(model, rng_key, model_args, model_kwargs):
@@ -261,10 +262,36 @@ def _prior_trace(model, rng_key, model_args, model_kwargs):
 
 def _warn_overflow(overflow, capacity, kernel):
     if np.any(np.asarray(overflow)):
+        what = (
+            "so the weak-limit approximation had no free state left (it is accurate only when L is well above "
+            "the number of states in use)"
+            if kernel == "WeakLimitGibbs"
+            else "so no new state could be instantiated there (the draw is from the model truncated at max_states)"
+        )
         warnings.warn(
-            f"{kernel}: all max_states={capacity} state slots were occupied in a sweep, so no new state "
-            "could be instantiated there (the draw is from the model truncated at max_states); "
+            f"{kernel}: all max_states={capacity} state slots were occupied in a sweep, {what}; "
             "increase max_states. The `overflow` field (extra_fields=('overflow',)) marks those sweeps.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+#: capacities above this warn at initialization (see :func:`_check_capacity`)
+LARGE_CAPACITY = 1024
+
+
+def _check_capacity(capacity: int, kernel: str) -> None:
+    """Warn when ``max_states`` exceeds :data:`LARGE_CAPACITY`: the explicit sites hold a
+    ``(K+1, K+1)`` transition matrix, so compile time, memory and every stored draw grow with
+    ``K^2`` (measured on 2 CPU cores, T = 100: 17 s at K = 1000, 55 s and 1.7 GB at K = 2000,
+    6-15 minutes and 6-8 GB at K = 5000)."""
+    if capacity > LARGE_CAPACITY:
+        warnings.warn(
+            f"{kernel}: max_states={capacity} is above {LARGE_CAPACITY}. Compile time and memory grow with "
+            f"max_states^2 (the {capacity + 1} x {capacity + 1} transition matrix is a site of the model and of every "
+            "stored draw): about a minute to compile at 2000, many minutes and several GB at 5000. The infinite-model "
+            "kernels instantiate states only as the data need them and the weak limit needs L of the order of a few "
+            "times the expected number of states: a capacity of 2-5 times the number of states you expect is enough.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -503,6 +530,43 @@ class HDPKernel(MCMCKernel):
             return hyper._replace(concentration="c_rho", c=c_site, rho=rho_site)
         return hyper
 
+    def _check_inner_supports(self, latent, model_args, model_kwargs) -> None:
+        """Reject inner-kernel sites whose support lets the model become invalid.
+
+        The inner NUTS kernel moves each of its sites over the whole support of the site's
+        distribution.  A hyperprior on the real line (``gamma ~ Normal(3, 1)``) then reaches
+        negative concentrations, where the HDP-HMM is undefined (NaN rows and densities).  Each
+        inner site is evaluated at points spread over its support (the support's bijection at
+        unconstrained values -10, -1, 1, 10, the other sites at a prior draw); a model that
+        rejects one of them (a ``ValueError``, e.g. a non-positive ``gamma``, ``alpha``, ``kappa``
+        or emission concentration) is reported, naming the site, before anything is compiled.
+        """
+        if not self._inner_sites:
+            return
+        from numpyro.distributions.transforms import biject_to
+
+        with jax.ensure_compile_time_eval():
+            concrete = _prior_trace(conditioned(self._inference_model), jax.random.key(0), model_args, model_kwargs)
+            fixed = {s: concrete[s]["value"] for s in latent}
+            for site in self._inner_sites:
+                support = concrete[site]["fn"].support
+                if support.is_discrete:
+                    continue
+                shape = jnp.shape(concrete[site]["value"])
+                transform = biject_to(support)
+                unconstrained_shape = transform.inverse_shape(shape)
+                for u in (-10.0, -1.0, 1.0, 10.0):
+                    value = transform(jnp.full(unconstrained_shape, u, jnp.result_type(float)))
+                    try:
+                        self._hyper_values(model_args, model_kwargs, {**fixed, site: value})
+                    except ValueError as err:
+                        raise ValueError(
+                            f"{type(self).__name__}: the inner NUTS kernel moves site '{site}' over its whole support "
+                            f"({support}), but the model is invalid at {site} = {np.asarray(value).ravel()[:3]}: {err} "
+                            f"Give '{site}' a prior on the values the model accepts (for a concentration: Gamma, "
+                            "LogNormal or HalfNormal) or transform it (e.g. jnp.exp of a real-valued site)."
+                        ) from err
+
     # ------------------------------------------------------------------ model view
     def _view(self, model_args, model_kwargs, z) -> ModelView:
         """Run the model at ``z`` and read hyperparameters, the emission family and the data."""
@@ -561,6 +625,8 @@ class HDPKernel(MCMCKernel):
         owned = {self._sites.beta, self._sites.trans, self._sites.states, *self._sites.emission}
         self._inner_sites = tuple(s for s in latent if s not in owned and s not in self._hyper.sites)
         self._check_supported(model_trace)
+        self._check_inner_supports(latent, model_args, model_kwargs)
+        _check_capacity(self._sites.num_states, type(self).__name__)
         z = {s: model_trace[s]["value"] for s in latent}
         if init_params:
             z.update({k: jnp.asarray(v) for k, v in init_params.items() if k in z})

@@ -52,8 +52,8 @@ transitions the rescaled pass of :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_
 exponentiates the emissions before it knows which states are reachable and underflows (and
 then refuses the draw) whenever the best reachable state is ~44 nats (float32) worse than the
 best instantiated one, which is common away from the posterior mode; the pass here runs the same
-rescaled recursion and, only when it underflows, redoes it with the emissions exponentiated
-relative to the best reachable state of each step (exact for any spread), builds
+rescaled recursion and, only when it underflows, redoes it in log space (filtered values carried
+as logs, exact for any spread of the likelihoods and of the filtered probabilities), builds
 ``1[pi > u_t]`` inside the scan (no ``(T, K, K)`` tensor) and is tested against the core routines.
 """
 
@@ -320,30 +320,37 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
     redo = jnp.any(valid & ~(cs >= jnp.sqrt(jnp.finfo(dtype).tiny)))
 
     def forward_exact(carry):
-        # the same recursion with the emissions exponentiated relative to the best REACHABLE
-        # state of each step: no normalizer can underflow, however much better an unreachable
-        # state fits.  Reading the loop-variant flag (into the (T,) slices, not a (T, K) copy)
-        # keeps XLA from hoisting this pass out of the (at most one-trip) loop below.
+        # the same recursion in LOG space (the filtered values are carried as logs): no
+        # normalizer can underflow, however much better an unreachable state fits, and a
+        # predecessor whose filtered probability is far below float32's range (e^-100 of the
+        # best) keeps its mass, which a later step may need (an outlier that only its successor
+        # fits: the probability-space recursion flushes it to zero and loses the good path).
+        # Reading the loop-variant flag (into the (T,) slices, not a (T, K) copy) keeps XLA
+        # from hoisting this pass out of the (at most one-trip) loop below.
         lu_x = jnp.where(carry[2], lu, jnp.inf)
+        log_reach0 = jnp.where(start > lu_x[0], 0.0, -jnp.inf).astype(dtype)
 
-        def combine(reach, lem_t):
-            pos = reach > 0
-            m = _block_max(jnp.where(pos, lem_t, -jnp.inf))
-            b = jnp.where(pos, reach * jnp.exp(lem_t - m), 0.0)
-            c = _block_sum(b)
-            return b / c, c, m
-
-        def step(a_prev, inp):
+        def step(log_a_prev, inp):
             t, lu_t, emit_t, ll_t = inp
-            reach = jnp.where(t == 0, reach0, _reachable_mass(trans_kk, lu_t, a_prev))
-            a, c, m = combine(reach, masked_row(emit_t, ll_t))
-            return a, (a, c, m)
+            # log sum_i a_{t-1}(i) 1[pi_ij > u_t], each column shifted by its own maximum
+            scores = jnp.where(trans_t > lu_t, log_a_prev[None, :], -jnp.inf)  # (j, i)
+            top_j = _block_max(scores)
+            shift = jnp.where(jnp.isfinite(top_j), top_j, 0.0)
+            log_reach = jnp.log(_block_sum(jnp.exp(scores - shift[:, None]))) + shift
+            log_b = jnp.where(t == 0, log_reach0, log_reach) + masked_row(emit_t, ll_t)
+            m = _block_max(log_b)
+            m = jnp.where(jnp.isfinite(m), m, 0.0)
+            log_c = jnp.log(_block_sum(jnp.exp(log_b - m))) + m
+            log_a = log_b - jnp.where(jnp.isfinite(log_c), log_c, 0.0)
+            return log_a, (log_a, log_c)
 
-        _, (filtered, cs, ms) = lax.scan(step, jnp.zeros((k8,), dtype), (steps, lu_x, emits, ll))
-        return filtered, jnp.log(cs) + ms, jnp.zeros((), bool)
+        _, (log_filtered, log_cs) = lax.scan(step, jnp.full((k8,), -jnp.inf, dtype), (steps, lu_x, emits, ll))
+        return log_filtered, log_cs, jnp.zeros((), bool)
 
+    trans_t = trans_kk.T
     # a while loop rather than lax.cond: under vmap (vectorized chains) a cond becomes a select
-    # that always runs both passes, a loop runs the exact pass only when some chain needs it
+    # that always runs both passes, a loop runs the exact pass only when some chain needs it.
+    # After it, ``filtered`` holds probabilities (fast pass) or log-probabilities (exact pass).
     filtered, log_c, _ = lax.while_loop(lambda carry: carry[2], forward_exact, (filtered, log_c, redo))
     log_norm = jnp.where(valid, log_c, 0.0)
 
@@ -352,17 +359,31 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
     # weight (filtered mass, which includes the admissibility of its own slice, and an
     # admissible transition into the next state)
     unif = 1.0 - random.uniform(key, (num_steps,), dtype)  # (0, 1]
-    trans_t = trans_kk.T
 
-    def backward(carry, inp):
-        z_next, lu_next, good = carry
-        t, a_t, lu_t, u = inp
-        w = jnp.where((t < last) & (trans_t[z_next] <= lu_next), 0.0, a_t)
-        z = _inverse_cdf(w, u)
-        return (z, lu_t, good & ((w[z] > 0) | (t > last))), z
+    def backward_step(weights, lu_b):
+        def backward(carry, inp):
+            z_next, lu_next, good = carry
+            t, f_t, lu_t, u = inp
+            w = weights(f_t, (t < last) & (trans_t[z_next] <= lu_next))
+            z = _inverse_cdf(w, u)
+            return (z, lu_t, good & ((w[z] > 0) | (t > last))), z
 
-    init = (jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf, dtype), jnp.ones((), bool))
-    (_, _, good), zs = lax.scan(backward, init, (steps, filtered, lu, unif), reverse=True)
+        init = (jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf, dtype), jnp.ones((), bool))
+        (_, _, good), zs = lax.scan(backward, init, (steps, filtered, lu_b, unif), reverse=True)
+        return zs, good
+
+    def log_weights(log_f_t, blocked):
+        # log filtered values: exponentiated relative to the best admissible predecessor
+        masked = jnp.where(blocked, -jnp.inf, log_f_t)
+        top = _block_max(masked)
+        return jnp.exp(masked - jnp.where(jnp.isfinite(top), top, 0.0))
+
+    zs, good = backward_step(lambda f_t, blocked: jnp.where(blocked, 0.0, f_t), lu)
+    # after the exact pass: the same draw from the log values (a one-trip loop as above; the
+    # slices read through the loop-variant flag keep XLA from hoisting it out of the loop)
+    zs, good, _ = lax.while_loop(
+        lambda c: c[2], lambda c: (*backward_step(log_weights, jnp.where(c[2], lu, jnp.inf)), jnp.zeros((), bool)),
+        (zs, good, redo))
     ok = jnp.all(jnp.isfinite(log_norm)) & good
     states = jnp.where(valid, zs, zs[jnp.maximum(last, 0)])
     return states, jnp.sum(log_norm), ok
@@ -381,10 +402,13 @@ def slice_ffbs(rng_key, log_pi, log_u, inst, log_lik, obs, lengths):
     scaling); each step sums the reachable mass and multiplies by the emissions, exponentiated
     once outside the loop relative to the best instantiated state of the step.  When some
     step's normalizer falls below ``sqrt(tiny)`` (every reachable state fits ~44 nats worse, in
-    float32, than an unreachable one) the pass is redone with the emissions exponentiated
-    relative to the best *reachable* state of each step, so emission spreads of any size are
-    exact (filtered probabilities below ``~1e-19`` (float32) of the total are flushed to zero; a
-    path that needs one of them is reported through ``ok``).  The recursion runs over the
+    float32, than an unreachable one, or the only good successor comes from a state whose
+    filtered probability has underflowed) the pass is redone in log space: the filtered values
+    are carried as logs and each column of reachable mass is a log-sum-exp shifted by its own
+    maximum, so log-likelihood spreads of any size (tested to 1e10 nats in float32 against a
+    float64 reference) and filtered probabilities far below the float range are exact; backward
+    sampling then reads the log values.  When the rescaled pass is kept, what it flushes is below
+    ``sqrt(tiny)`` of each step's total.  The recursion runs over the
     smallest of :func:`ffbs_sizes` that holds every instantiated slot, so its cost is
     ``O(T k^2)`` in the number ``k`` of instantiated states whatever the capacity.
     Returns ``(states (N, T) int32, log_mass (N,), ok (N,))``: ``log_mass`` is the log of

@@ -135,8 +135,8 @@ class WeakLimitGibbs(HDPKernel):
     every other latent site is updated by ``inner_kernel`` (NUTS by default).
 
     Collected fields: ``z`` (all latent sites), ``num_states``, ``lp`` (log joint of the
-    weak-limit model), ``overflow`` (always False: the approximation has no capacity to
-    exceed), ``accept_prob`` and ``diverging`` of the inner kernel.
+    weak-limit model), ``overflow`` (True in a sweep whose states occupy all ``L`` slots: the
+    approximation then had no free state, so increase ``max_states``; a ``RuntimeWarning`` says so), ``accept_prob`` and ``diverging`` of the inner kernel.
 
     :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
@@ -188,4 +188,6 @@ class WeakLimitGibbs(HDPKernel):
             sites.states: states if sites.batched else states[0],
             **{s: params[p] for p, s in zip(sites.param_names, sites.emission)},
         }
-        return owned, site_values, None, jnp.zeros((), bool)
+        # every one of the L states occupied: the approximation has no free state left
+        overflow = jnp.all(jnp.zeros(num_states, bool).at[states.reshape(-1)].set(True))
+        return owned, site_values, None, overflow

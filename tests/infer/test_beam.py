@@ -116,15 +116,26 @@ def test_slice_ffbs_cost_follows_instantiated_states(rng):
 
 
 def test_slice_ffbs_float32_large_emission_spread():
-    """The best-fitting instantiated state is unreachable and 1e3 nats better: float32 stays exact."""
-    trans = jnp.array([[0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.5, 0.5, 0.0]], jnp.float32)
-    log_u = jnp.log(jnp.array([[0.2, 0.5, 0.5, 0.5]], jnp.float32))  # only self-transitions allowed
+    """The best-fitting instantiated state is unreachable (the start row admits only state 0,
+    then only self-transitions) and 1e3 nats better: float32 stays exact.  (Before issue 21 this
+    case let the start row reach state 1, whose path 1111 is 2000 nats better, and asserted the
+    probability-space fallback's answer 0000, which had flushed state 1 to zero at t = 0.)"""
+    trans = jnp.array([[0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.7, 0.3, 0.0]], jnp.float32)
+    log_u = jnp.log(jnp.array([[0.5, 0.5, 0.5, 0.5]], jnp.float32))  # start: state 0; then self-transitions
     log_lik = jnp.tile(jnp.array([0.0, 1000.0], jnp.float32), (1, 4, 1))
-    log_lik = log_lik.at[0, 0].set(jnp.array([0.0, -1000.0], jnp.float32))  # state 0 forced at t = 0
+    log_lik = log_lik.at[0, 0].set(jnp.array([0.0, -1000.0], jnp.float32))
     states, log_mass, ok = beam.slice_ffbs(jax.random.key(0), jnp.log(trans), log_u, jnp.array([True, True]),
                                            log_lik, jnp.ones((1, 4), bool), jnp.array([4]))
-    assert bool(ok[0]) and np.isfinite(float(log_mass[0]))
+    assert bool(ok[0]) and float(log_mass[0]) == 0.0
     np.testing.assert_array_equal(states[0], [0, 0, 0, 0])
+    # with the start row admitting both states, 1111 is the only good path (2000 nats better)
+    log_u = log_u.at[0, 0].set(jnp.log(0.2))
+    states, log_mass, ok = beam.slice_ffbs(jax.random.key(0), jnp.log(trans), log_u, jnp.array([True, True]),
+                                           log_lik, jnp.ones((1, 4), bool), jnp.array([4]))
+    expected = _log_mass_float64(np.asarray(trans), np.asarray(log_u[0]), np.asarray(log_lik[0]), np.ones(4, bool), 4)
+    assert bool(ok[0])
+    np.testing.assert_allclose(float(log_mass[0]), expected, rtol=1e-6)
+    np.testing.assert_array_equal(states[0], [1, 1, 1, 1])
 
 
 def test_slice_ffbs_exact_pass_when_rescaled_pass_underflows():
@@ -150,6 +161,105 @@ def test_slice_ffbs_exact_pass_when_rescaled_pass_underflows():
         assert np.all(np.all(draws[:, s] == 0, -1) | np.all(draws[:, s] == 1, -1))
         freq = np.mean(draws[:, s, 0] == 0)
         assert abs(freq - p_zero) < 5 * np.sqrt(p_zero * (1 - p_zero) / n), (s, freq, p_zero)
+
+
+def _log_mass_float64(trans, log_u, log_lik, obs, length):
+    """Reference of the slice FFBS's log-mass in float64 and log space throughout (numpy):
+    ``log sum_z 1[u_0 < pi_{0 z_0}] prod_t 1[u_t < pi_{z_{t-1} z_t}] f(y_t | z_t)`` over the
+    ``K`` states of ``log_lik (T, K)``."""
+    log_pi = np.log(np.maximum(np.asarray(trans, np.float64), 1e-300))
+    k = log_lik.shape[-1]
+    lem = np.where(obs[:, None], np.asarray(log_lik, np.float64), 0.0)
+    log_a = np.where(log_pi[k, :k] > log_u[0], 0.0, -np.inf) + lem[0]
+    total = 0.0
+    for t in range(length):
+        if t > 0:
+            scores = np.where(log_pi[:k, :k] > log_u[t], log_a[:, None], -np.inf)
+            log_a = np.logaddexp.reduce(scores, axis=0) + lem[t]
+        c = np.logaddexp.reduce(log_a)
+        total, log_a = total + c, log_a - c
+    return total
+
+
+def test_slice_ffbs_keeps_filtered_mass_below_float32_range():
+    """Issue 21: state 0 fits 6 nats per step worse than state 1 for 20 steps (its filtered
+    probability e^-120 is below float32's range), then an outlier that only state 2 fits
+    (log-likelihood -23 against -1e10), and only state 0 may move to state 2.  The exact
+    log-mass is -143; the probability-space fallback flushed state 0 to zero and returned
+    -1e10 (the outlier given to state 1) with ``ok`` True."""
+    T = 21
+    trans = np.array([[0.5, 0.01, 0.49, 0.0], [0.01, 0.98, 0.01, 0.0], [0.3, 0.3, 0.4, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    log_u = np.log(np.array([[0.4] + [0.45] * (T - 1)]))
+    log_lik = np.zeros((1, T, 4))
+    log_lik[0, :20, 0], log_lik[0, :20, 2] = -6.0, -1e10
+    log_lik[0, 20, :3] = [-1e10, -1e10, -23.0]
+    inst = jnp.arange(4) < 3
+    expected = _log_mass_float64(trans, log_u[0], log_lik[0, :, :3], np.ones(T, bool), T)
+    np.testing.assert_allclose(expected, -143.0, rtol=1e-12)
+    for dtype in (jnp.float32, jnp.float64):
+        states, log_mass, ok = beam.slice_ffbs(
+            jax.random.key(0), jnp.log(jnp.asarray(trans, dtype)), jnp.asarray(log_u, dtype), inst,
+            jnp.asarray(log_lik, dtype), jnp.ones((1, T), bool), jnp.array([T]))
+        assert bool(ok[0])
+        np.testing.assert_allclose(float(log_mass[0]), expected, rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(states[0]), [0] * 20 + [2])
+
+
+@pytest.mark.parametrize("spread", [1e2, 1e5, 1e10])
+def test_slice_ffbs_float32_matches_float64_reference_on_extreme_spreads(spread):
+    """Random problems whose log-likelihoods spread over ``spread`` nats (a few entries per step
+    near 0, the rest down to -spread), with slices from a random admissible path: the float32
+    slice FFBS gives the float64 log-space log-mass, ``ok`` is True and every draw is admissible
+    with a finite log-likelihood at each step."""
+    rng = np.random.default_rng(int(np.log10(spread)))
+    num_seq, T, K = 12, 40, 6
+    trans = rng.dirichlet(np.full(K + 1, 0.5), size=K + 1)
+    path = rng.integers(0, K, size=(num_seq, T))
+    prev = np.concatenate([np.full((num_seq, 1), K), path[:, :-1]], 1)
+    log_u = np.log(trans[prev, path]) + np.log(rng.uniform(size=(num_seq, T)))
+    log_lik = -spread * rng.uniform(size=(num_seq, T, K)) ** 4
+    obs = rng.uniform(size=(num_seq, T)) > 0.1
+    lengths = rng.integers(T // 2, T + 1, size=num_seq)
+    states, log_mass, ok = beam.slice_ffbs(
+        jax.random.key(0), jnp.log(jnp.asarray(trans, jnp.float32)), jnp.asarray(log_u, jnp.float32),
+        jnp.ones(K, bool), jnp.asarray(log_lik, jnp.float32), jnp.asarray(obs), jnp.asarray(lengths))
+    assert np.all(np.asarray(ok))
+    log_pi = np.log(trans)
+    for n in range(num_seq):
+        expected = _log_mass_float64(trans, log_u[n], log_lik[n].astype(np.float32), obs[n], lengths[n])
+        np.testing.assert_allclose(float(log_mass[n]), expected, rtol=2e-5, atol=1e-3)
+        z = np.asarray(states[n])[:lengths[n]]
+        assert log_pi[K, z[0]] > log_u[n, 0] and np.all(log_pi[z[:-1], z[1:]] > log_u[n, 1:lengths[n]])
+
+
+def outlier_model(y):
+    gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
+    kappa = numpyro.sample("kappa", dist.Gamma(10.0, 1.0))
+    emission = nh.emissions.GaussianNIW(jnp.array([2.5]), 0.01, 3.0, jnp.eye(1))
+    nh.sample("y", nh.StickyHDPHMM(gamma, alpha, kappa, emission, max_states=20), obs=y)
+
+
+def test_outliers_get_their_own_state_float32():
+    """Issue 21's end-to-end case: two regimes 5 sd apart, T = 400, four observations at 1e6,
+    float32.  Before the log-space fallback the sampler lost the admissible path in about one
+    sweep in five (``ffbs_ok`` False) and collapsed into one state of variance ~1e10 holding data
+    and outliers.  Now every sweep's FFBS succeeds and the outliers end in states of their own
+    (no state holds both an outlier and more than 20 regular steps)."""
+    rng = np.random.default_rng(0)
+    y = rng.normal(5.0 * ((np.arange(400) // 100) % 2), 1.0)[:, None]
+    outliers = [50, 150, 250, 350]
+    y[outliers] = 1e6
+    with jax.enable_x64(False):
+        mcmc = MCMC(BeamSampler(outlier_model), num_warmup=0, num_samples=100, progress_bar=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mcmc.run(jax.random.key(0), jnp.asarray(y, jnp.float32), extra_fields=("aux.ffbs_ok",))
+    assert np.all(np.asarray(mcmc.get_extra_fields()["aux.ffbs_ok"]))
+    states = np.asarray(mcmc.get_samples()["y_states"])
+    for z in states[-20:]:
+        for k in np.unique(z[outliers]):
+            assert np.sum(z == k) <= 20 + len(outliers), np.sum(z == k)
 
 
 def test_log_gamma_variates_moments():

@@ -134,8 +134,8 @@ def time_pair(K, y, init_states, repeats=10, warmup=10, budget_s=120.0, seed=0, 
             t0 = time.perf_counter()
             run[2] = _block(run[1](run[2]))
             run[4].append(time.perf_counter() - t0)
-            if run[2].aux is not None:
-                run[5].append(int(run[2].aux.num_instantiated))
+            if hasattr(run[2].info, "num_instantiated"):
+                run[5].append(int(run[2].info.num_instantiated))
         if i >= 2 and time.perf_counter() - start > budget_s:
             break
     out = {}

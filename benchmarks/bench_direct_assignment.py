@@ -91,7 +91,8 @@ def alice_sweep(capacity=400, start_states=200, repeats=3):
 
     import numpyro_hdphmm as nh
     from numpyro_hdphmm.infer import DirectAssignmentGibbs
-    from numpyro_hdphmm.infer.direct_assignment import direct_assignment_sweep
+    from numpyro_hdphmm.infer.direct_assignment import assignment_sweep
+    from numpyro_hdphmm.infer.discovery import model_view
 
     text = nh.datasets.load_alice()
     y = np.asarray(text.tokens[: len(text.tokens) - text.info["num_test"]])
@@ -102,9 +103,10 @@ def alice_sweep(capacity=400, start_states=200, repeats=3):
 
     kernel = DirectAssignmentGibbs(model)
     state = kernel.init(jax.random.key(0), 0, None, (y,), {})
-    view = kernel._view((y,), {}, state.z)
+    view = model_view(kernel.model, kernel.spec, (y,), {}, state.z)
+    statistics = view.emission.collapsed_statistics(capacity)
     z = jax.random.randint(jax.random.key(1), (1, y.size), 0, start_states)
-    sweep = jax.jit(lambda key, z, beta: direct_assignment_sweep(key, z, beta, {}, view))
+    sweep = jax.jit(lambda key, z, beta: assignment_sweep(key, z, beta, {}, view, statistics)[:2])
     out = jax.block_until_ready(sweep(jax.random.key(2), z, state.z["y_beta"]))
     times = []
     for i in range(repeats):

@@ -31,7 +31,8 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import validate_sample
 
-from numpyro_hdphmm._core.hmm import _categorical, hmm_marginal_loglik
+from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
+from numpyro_hdphmm._core.random import categorical, dirichlet
 from numpyro_hdphmm._core.validation import (
     check_nonnegative,
     check_positive,
@@ -76,18 +77,6 @@ def _warn_escape(count, where: str):
             RuntimeWarning,
             stacklevel=2,
         )
-
-
-def sample_dirichlet(key, concentration):
-    """Dirichlet draws along the last axis from log-space Gamma variates.
-
-    Entries with zero concentration are point masses at zero; tiny concentrations underflow to
-    (possibly exactly) zero probabilities instead of producing NaN.
-    """
-    positive = concentration > 0
-    log_gamma = random.loggamma(key, jnp.where(positive, concentration, 1.0))
-    log_gamma = jnp.where(positive, log_gamma, -jnp.inf)
-    return jnp.exp(log_gamma - jax.nn.logsumexp(log_gamma, -1, keepdims=True))
 
 
 # --------------------------------------------------------------------------------------- GEM
@@ -183,7 +172,7 @@ class WeakLimitBeta(_GlobalWeights):
     def sample(self, key, sample_shape=()):
         shape = tuple(sample_shape) + self.batch_shape + (self.truncation,)
         conc = jnp.broadcast_to(jnp.expand_dims(self.concentration, -1) / self.truncation, shape)
-        probs = sample_dirichlet(key, conc)
+        probs = dirichlet(key, conc)
         return jnp.concatenate([probs, jnp.zeros_like(probs[..., :1])], -1)
 
     @validate_sample
@@ -262,7 +251,7 @@ class HDPTransitions(Distribution):
 
     def sample(self, key, sample_shape=()):
         conc = jnp.broadcast_to(self.concentration, tuple(sample_shape) + self.batch_shape + self.event_shape)
-        return sample_dirichlet(key, conc)
+        return dirichlet(key, conc)
 
     @validate_sample
     def log_prob(self, value):
@@ -298,11 +287,11 @@ def _sample_markov_chain(key, log_init, log_trans, num_steps: int):
 
     def draw(log_row, u_t, u_r):
         w = jnp.exp(log_row - jnp.max(log_row))
-        z = _categorical(w, u_t)
+        z = categorical(w, u_t)
         if not has_escape:
             return z, 0
         escaped = z == num_states
-        z_in = _categorical(w[:num_states], u_r)
+        z_in = categorical(w[:num_states], u_r)
         return jnp.where(escaped, z_in, z), escaped.astype(jnp.int32)
 
     z0, e0 = draw(log_init, u[0], u_redraw[0])

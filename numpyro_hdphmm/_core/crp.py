@@ -11,21 +11,34 @@ All functions are pure, jittable and vmappable, with static shapes.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 from jax import random
+from jax.scipy.special import gammaln
+
+from numpyro_hdphmm._core import random as draws
 
 __all__ = [
     "TableCounts",
+    "Concentrations",
+    "HyperPriors",
+    "GlobalDraw",
     "transition_counts",
+    "row_counts",
+    "row_concentrations",
+    "log_dirichlet_multinomial",
     "sample_crp_tables",
     "sample_table_counts",
     "resample_alpha_kappa",
     "resample_c_rho",
     "resample_gamma",
     "resample_gamma_weak_limit",
+    "resample_hyperparameters",
+    "sample_beta",
+    "sample_rows",
+    "sample_global",
 ]
 
 
@@ -121,15 +134,15 @@ def _log_beta_aux(rng_key, alpha, kappa, n, first):
     start = jnp.sum(first)
     k_s, k_0 = random.split(rng_key)
     tiny = jnp.finfo(dtype).tiny
-    r = random.beta(k_s, jnp.broadcast_to(alpha + kappa, sizes.shape), jnp.maximum(sizes, 1).astype(dtype), dtype=dtype)
-    r0 = random.beta(k_0, alpha, jnp.maximum(start, 1).astype(dtype), dtype=dtype)
+    r = draws.beta(k_s, jnp.broadcast_to(alpha + kappa, sizes.shape).astype(dtype), jnp.maximum(sizes, 1).astype(dtype))
+    r0 = draws.beta(k_0, jnp.asarray(alpha, dtype), jnp.maximum(start, 1).astype(dtype))
     sum_log_r = jnp.sum(jnp.where(sizes > 0, jnp.log(jnp.maximum(r, tiny)), 0.0))
     log_r0 = jnp.where(start > 0, jnp.log(jnp.maximum(r0, tiny)), 0.0)
     return sum_log_r, log_r0
 
 
 def _gamma_draw(key, shape, rate, dtype):
-    return random.gamma(key, shape, dtype=dtype) / rate
+    return draws.gamma(key, jnp.asarray(shape, dtype), jnp.asarray(rate, dtype))
 
 
 def resample_alpha_kappa(rng_key, alpha, kappa, tables: TableCounts, n, first, alpha_prior=None, kappa_prior=None):
@@ -186,7 +199,7 @@ def resample_c_rho(rng_key, alpha, kappa, tables: TableCounts, n, first, c_prior
 
     def mh(rho_cur, key):
         k_prop, k_acc = random.split(key)
-        prop = random.beta(k_prop, a_post, b_post, dtype=dtype)
+        prop = draws.beta(k_prop, jnp.asarray(a_post, dtype), jnp.asarray(b_post, dtype))
         accept = jnp.log(random.uniform(k_acc, (), dtype)) < tilt * (prop - rho_cur)
         return jnp.where(accept, prop, rho_cur), None
 
@@ -194,30 +207,29 @@ def resample_c_rho(rng_key, alpha, kappa, tables: TableCounts, n, first, c_prior
     return (1.0 - rho) * c, rho * c
 
 
-def resample_gamma(rng_key, gamma, num_dishes, num_informative_tables, shape, rate, printed_typo: bool = False):
+def resample_gamma(rng_key, gamma, num_dishes, num_informative_tables, shape, rate):
     r"""Escobar-West update of ``gamma ~ Gamma(shape, rate)`` (Fox et al. eqs. 54-56, 92-93).
 
     Target ``p(gamma | Kbar, mbar..) ∝ p(gamma) gamma^Kbar Gamma(gamma) / Gamma(gamma + mbar..)``:
     ``eta ~ Beta(gamma + 1, mbar..)``, ``odds = (shape + Kbar - 1) / (mbar.. (rate - log eta))``,
     ``pi = odds / (1 + odds)``, ``gamma ~ pi Gamma(shape + Kbar, rate - log eta) + (1 - pi)
     Gamma(shape + Kbar - 1, rate - log eta)``.  The paper prints the odds as the mixing
-    probability (notes erratum 3); ``printed_typo=True`` reproduces that mistake (clipped to
-    1) for tests that must detect it.
+    probability (notes erratum 3); the tests' negative control builds that variant itself.
     """
     k_eta, k_mix, k_g = random.split(rng_key, 3)
     dtype = jnp.result_type(gamma, float)
     mbar = jnp.maximum(num_informative_tables, 1).astype(dtype)
-    eta = random.beta(k_eta, gamma + 1.0, mbar, dtype=dtype)
+    eta = draws.beta(k_eta, jnp.asarray(gamma + 1.0, dtype), mbar)
     post_rate = rate - jnp.log(eta)
     odds = (shape + num_dishes - 1.0) / (mbar * post_rate)
-    pi = jnp.minimum(odds, 1.0) if printed_typo else odds / (1.0 + odds)
+    pi = odds / (1.0 + odds)
     extra = (random.uniform(k_mix, (), dtype) < pi).astype(dtype)
-    g = random.gamma(k_g, shape + num_dishes - 1.0 + extra, dtype=dtype) / post_rate
+    g = draws.gamma(k_g, jnp.asarray(shape + num_dishes - 1.0 + extra, dtype), post_rate)
     # with no informative table the likelihood is flat: draw from the prior
-    return jnp.where(num_informative_tables > 0, g, random.gamma(k_g, shape, dtype=dtype) / rate)
+    return jnp.where(num_informative_tables > 0, g, draws.gamma(k_g, jnp.asarray(shape, dtype), rate))
 
 
-def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, num_states: int, shape, rate, max_total: int, printed_typo: bool = False):
+def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, num_states: int, shape, rate, max_total: int):
     r"""Exact update of ``gamma ~ Gamma(shape, rate)`` under the weak limit ``beta ~ Dir(gamma/L)``.
 
     Integrating ``beta`` out, the informative tables' dishes are Dirichlet-multinomial:
@@ -231,4 +243,138 @@ def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, num_states: int, shap
     mbar_dishes = jnp.asarray(mbar_dishes, jnp.int32)
     conc = jnp.broadcast_to(gamma / num_states, mbar_dishes.shape)
     u = sample_crp_tables(k_u, mbar_dishes, conc, max_total)
-    return resample_gamma(k_g, gamma, jnp.sum(u), jnp.sum(mbar_dishes), shape, rate, printed_typo)
+    return resample_gamma(k_g, gamma, jnp.sum(u), jnp.sum(mbar_dishes), shape, rate)
+
+
+# ---------------------------------------------------------------------- rows given the states
+def row_counts(n, first, dtype):
+    """The transition counts ``n (K, K)`` and start counts ``first (K,)`` as the ``(K+1, K+1)``
+    count matrix of the rows (start row last, nothing in the remainder column)."""
+    num_states = first.shape[0]
+    counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
+    return counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
+
+
+def row_concentrations(beta, alpha, kappa, n, first):
+    """``(K+1, K+1)`` Dirichlet concentrations of the rows given the states: ``alpha beta +
+    kappa e_j + n_j.`` for the state rows and ``alpha beta + n_0.`` for the start row (last), the
+    last column being the mass of the states not represented (Fox et al. eqs. 37, 41)."""
+    num_states = beta.shape[0] - 1
+    sticky = jnp.eye(num_states + 1, dtype=beta.dtype).at[num_states, num_states].set(0.0)
+    return alpha * beta[None, :] + kappa * sticky + row_counts(n, first, beta.dtype)
+
+
+def log_dirichlet_multinomial(concentration, counts):
+    """``sum_j log [Gamma(c_j.) / Gamma(c_j. + n_j.) prod_k Gamma(c_jk + n_jk) / Gamma(c_jk)]``: the
+    probability of the transitions with the rows ``Dir(c_j)`` integrated out (Fox et al. eq. 76); an
+    atom with zero concentration takes no transition (``-inf`` if it does)."""
+    positive = concentration > 0
+    safe = jnp.where(positive, concentration, 1.0)
+    atoms = jnp.where(positive, gammaln(safe + counts) - gammaln(safe), jnp.where(counts > 0, -jnp.inf, 0.0))
+    total = jnp.sum(concentration, -1)
+    return jnp.sum(gammaln(total) - gammaln(total + jnp.sum(counts, -1)) + jnp.sum(atoms, -1))
+
+
+def sample_rows(rng_key, beta, alpha, kappa, n, first):
+    """The rows ``pi_j ~ Dir(alpha beta + kappa e_j + n_j.)`` and the start row ``Dir(alpha beta +
+    n_0.)`` (last) over (slots, rest), ``(K+1, K+1)`` (Fox et al. eqs. 37, 41)."""
+    return draws.dirichlet(rng_key, row_concentrations(beta, alpha, kappa, n, first))
+
+
+# ------------------------------------------------------------- hyperparameters given the tables
+class Concentrations(NamedTuple):
+    """The HDP-HMM's concentrations: ``gamma`` (top level), ``alpha`` (rows), ``kappa`` (self bias)."""
+
+    gamma: jax.Array
+    alpha: jax.Array
+    kappa: jax.Array
+
+
+class HyperPriors(NamedTuple):
+    """``(shape, rate)`` of the Gamma priors (``rho``: ``(a, b)`` of its Beta prior) of the
+    concentrations that get an exact auxiliary-variable update; ``None`` keeps one fixed.
+
+    Either ``alpha`` and/or ``kappa`` (independent Gamma priors) or ``c = alpha + kappa`` and
+    ``rho = kappa / c`` together (Fox et al. App. III), never both pairs."""
+
+    gamma: Optional[Tuple] = None
+    alpha: Optional[Tuple] = None
+    kappa: Optional[Tuple] = None
+    c: Optional[Tuple] = None
+    rho: Optional[Tuple] = None
+
+
+def resample_hyperparameters(rng_key, hyper: Concentrations, priors: HyperPriors, tables: TableCounts, n, first, *,
+                             weak_limit: bool, max_total: int) -> Concentrations:
+    """Exact auxiliary-variable updates of the concentrations with a prior in ``priors``, given
+    the tables drawn at the current values (:func:`sample_table_counts`).
+
+    ``alpha``/``kappa``: :func:`resample_alpha_kappa`; ``c``/``rho``: :func:`resample_c_rho`;
+    ``gamma``: :func:`resample_gamma` with ``Kbar`` the number of dishes with an informative table
+    (infinite model, Fox et al. eq. 56) or :func:`resample_gamma_weak_limit` (``weak_limit``:
+    ``beta ~ Dir(gamma/L)``).  ``max_total`` bounds the number of informative tables (static).
+    """
+    k_conc, k_gamma = random.split(rng_key)
+    gamma, alpha, kappa = hyper
+    if priors.c is not None:
+        alpha, kappa = resample_c_rho(k_conc, alpha, kappa, tables, n, first, priors.c, priors.rho)
+    elif priors.alpha is not None or priors.kappa is not None:
+        alpha, kappa = resample_alpha_kappa(k_conc, alpha, kappa, tables, n, first, priors.alpha, priors.kappa)
+    if priors.gamma is not None:
+        mbar_dishes = jnp.sum(tables.mbar, 0)
+        if weak_limit:
+            gamma = resample_gamma_weak_limit(k_gamma, gamma, mbar_dishes, mbar_dishes.shape[0], *priors.gamma, max_total)
+        else:
+            gamma = resample_gamma(k_gamma, gamma, jnp.sum(mbar_dishes > 0), jnp.sum(mbar_dishes), *priors.gamma)
+    return Concentrations(gamma, alpha, kappa)
+
+
+def sample_beta(rng_key, mbar_dishes, gamma, *, weak_limit: bool):
+    """``beta | tables``, ``(K+1,)`` (last: the mass of the states not represented).
+
+    Infinite model: ``(beta_1..beta_K, beta_rem) ~ Dir(mbar_.1, ..., mbar_.K, gamma)`` (Teh et al.
+    2006 eq. 37; Fox et al. eq. 36); a slot without informative tables gets exactly 0.  Weak
+    limit: ``beta ~ Dir(gamma/L + mbar_.k)`` over the ``L`` states and 0 for the rest (Fox et al.
+    eq. 41; the paper's Alg. 2 step 4 prints the index bound as K, it is L)."""
+    dtype = jnp.result_type(gamma, float)
+    mbar = mbar_dishes.astype(dtype)
+    if weak_limit:
+        head = draws.dirichlet(rng_key, gamma / mbar.shape[0] + mbar)
+        return jnp.concatenate([head, jnp.zeros((1,), dtype)])
+    return draws.dirichlet(rng_key, jnp.concatenate([mbar, jnp.asarray(gamma, dtype)[None]]))
+
+
+class GlobalDraw(NamedTuple):
+    """Result of :func:`sample_global`: ``beta (K+1,)``, ``trans (K+1, K+1)``, the new
+    :class:`Concentrations`, the tables they were drawn with, and the counts ``n``, ``first``."""
+
+    beta: jax.Array
+    trans: jax.Array
+    hyper: Concentrations
+    tables: TableCounts
+    n: jax.Array
+    first: jax.Array
+
+
+def sample_global(rng_key, states, lengths, beta, hyper: Concentrations, priors: HyperPriors, *,
+                  weak_limit: bool) -> GlobalDraw:
+    """The global step given the state sequences, shared by every sampler with explicit ``beta``.
+
+    ``states (N, T)``, ``lengths (N,)``, ``beta (K+1,)`` current weights: tables, overrides and
+    informative tables with the rows integrated out (Fox et al. Alg. 1 step 3, eqs. 31-35,
+    :func:`sample_table_counts`), the exact hyperparameter updates (:func:`resample_hyperparameters`),
+    ``beta | tables`` (:func:`sample_beta`) and the rows ``| counts`` (:func:`sample_rows`).  The
+    first three form one draw from their joint conditional with the rows integrated out, the rows
+    then from their full conditional, which leaves the joint posterior invariant.
+    """
+    k_tables, k_hyper, k_beta, k_rows = random.split(rng_key, 4)
+    num_states = beta.shape[0] - 1
+    dtype = beta.dtype
+    n, first = transition_counts(states, num_states, lengths)
+    max_total = states.shape[0] * states.shape[1]
+    tables = sample_table_counts(k_tables, n, first, beta, hyper.alpha, hyper.kappa, max_total)
+    hyper = resample_hyperparameters(k_hyper, hyper, priors, tables, n, first, weak_limit=weak_limit, max_total=max_total)
+    hyper = Concentrations(*(jnp.asarray(v, dtype) for v in hyper))
+    beta = sample_beta(k_beta, jnp.sum(tables.mbar, 0), hyper.gamma, weak_limit=weak_limit).astype(dtype)
+    trans = sample_rows(k_rows, beta, hyper.alpha, hyper.kappa, n, first)
+    return GlobalDraw(beta, trans, hyper, tables, n, first)

@@ -63,6 +63,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from numpyro_hdphmm._core.random import categorical
+from numpyro_hdphmm._core.reduce import block_max, block_sum, pad_states, padded_size
 from numpyro_hdphmm._core.validation import check_integer, check_ndim, is_concrete
 
 __all__ = [
@@ -168,94 +170,6 @@ def _log_matmul(a, b):
     return jnp.log(c) + am + bm
 
 
-def _blocked_reduce(x, op, init):
-    """Reduce the last axis of ``x`` with ``op`` in blocks of 8 when it is longer than 32.
-
-    XLA:CPU rewrites long float reductions into slow ``reduce-window`` trees inside loops; two
-    short stages separated by an optimization barrier avoid that (and pairwise-sum is at least
-    as accurate).
-    """
-    n = x.shape[-1]
-    while n > 32:
-        nb = -(-n // 8)
-        pad = [(0, 0)] * (x.ndim - 1) + [(0, nb * 8 - n)]
-        x = jnp.pad(x, pad, constant_values=init).reshape(x.shape[:-1] + (nb, 8))
-        x = lax.optimization_barrier(op(x, axis=-1))
-        n = nb
-    return op(x, axis=-1)
-
-
-def _sum_last(x):
-    return _blocked_reduce(x, jnp.sum, 0)
-
-
-def _max_last(x):
-    return _blocked_reduce(x, jnp.max, -jnp.inf)
-
-
-def _padded_size(K):
-    """State dimension padded to a multiple of 8 (XLA:CPU loops are much faster on it)."""
-    return K if K <= 16 else -(-K // 8) * 8
-
-
-def _pad_states(x, K8, axes, value=0.0):
-    K = x.shape[axes[0]]
-    if K8 == K:
-        return x
-    pad = [(0, 0)] * x.ndim
-    for ax in axes:
-        pad[ax] = (0, K8 - K)
-    return jnp.pad(x, pad, constant_values=value)
-
-
-def _tri(n, dtype):
-    return jnp.triu(jnp.ones((n, n), dtype))
-
-
-def _categorical(w, v):
-    """Inverse-CDF draw from unnormalized weights ``w (K,)`` (>= 0) with ``v`` uniform in (0, 1].
-
-    Returns ``#{k : cumsum_k < v * total}``.  Zero-weight entries can never be drawn: their
-    cumulative sum equals (bitwise) that of the previous entry, and the threshold is clamped to
-    ``<= total``.  For ``K > 16`` the cumulative sum is two-level (block sums, then one block),
-    computed with small triangular matrix products (fast on CPU).
-    """
-    K = w.shape[-1]
-    if K <= 16:
-        cs = jnp.cumsum(w)
-        thresh = jnp.minimum(v * cs[-1], cs[-1])
-        return jnp.minimum(jnp.sum(cs < thresh), K - 1).astype(jnp.int32)
-    B = 8
-    nb = -(-K // B)
-    wp = jnp.pad(w, (0, nb * B - K)).reshape(nb, B)
-    block_cs = jnp.sum(jnp.sum(wp, axis=1)[:, None] * _tri(nb, w.dtype), axis=0)
-    total = block_cs[-1]
-    thresh = jnp.minimum(v * total, total)
-    b = jnp.minimum(jnp.sum(block_cs < thresh), nb - 1)
-    offset = jnp.where(b > 0, block_cs[jnp.maximum(b - 1, 0)], jnp.zeros((), w.dtype))
-    local = lax.dynamic_index_in_dim(wp, b, keepdims=False)
-    local_cs = jnp.sum(local[:, None] * _tri(B, w.dtype), axis=0)
-    local_thresh = jnp.minimum(thresh - offset, local_cs[-1])
-    k = b * B + jnp.sum(local_cs < local_thresh)
-    return jnp.minimum(k, K - 1).astype(jnp.int32)
-
-
-def _categorical_from_log_weights(log_w, u, axis=-1):
-    """Inverse-CDF draws of indices along ``axis`` with probabilities ``prop. to exp(log_w)``.
-
-    ``u`` is uniform on ``[0, 1)`` (shape of ``log_w`` without ``axis``).  With ``v = 1 - u`` in
-    ``(0, 1]`` the draw is ``#{k : cumsum_k < v * total}``: a zero-weight index can never be
-    selected, and ``v * total <= total`` exactly, so the result is always a valid index.
-    (Vectorized version used by the parallel sampler.)
-    """
-    log_w = jnp.moveaxis(log_w, axis, -1)
-    m = _finite_or_zero(jnp.max(log_w, axis=-1, keepdims=True))
-    cs = jnp.cumsum(jnp.exp(log_w - m), axis=-1)
-    thresh = (1.0 - u)[..., None] * cs[..., -1:]
-    k = log_w.shape[-1]
-    return jnp.minimum(jnp.sum(cs < thresh, axis=-1), k - 1).astype(jnp.int32)
-
-
 def _resolve_method(method, T, K):
     if method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}.")
@@ -331,10 +245,10 @@ def _forward_sequential_fast(p: _Prepared):
     c0 = jnp.sum(b0)
     a0 = b0 / c0
     # zero-padded extra states (never reachable) make the per-step loops faster
-    K8 = _padded_size(K)
-    em_pad = _pad_states(em, K8, (-1,))
-    at_pad = _pad_states(at, K8, (-2, -1))
-    a0_pad = _pad_states(a0, K8, (-1,))
+    K8 = padded_size(K)
+    em_pad = pad_states(em, K8, (-1,))
+    at_pad = pad_states(at, K8, (-2, -1))
+    a0_pad = pad_states(a0, K8, (-1,))
 
     def _step(a_prev, inp):
         # alpha_t(j) = e_t(j) * sum_i alpha_{t-1}(i) A_t(i, j)      (Rabiner eq. 20)
@@ -344,7 +258,7 @@ def _forward_sequential_fast(p: _Prepared):
             e_t, valid_t = inp
             at_t = at_pad
         b = _vecmat(a_prev, at_t) * e_t
-        c = _sum_last(b)
+        c = block_sum(b)
         a = jnp.where(valid_t, b / c, a_prev)
         return a, (a, c)
 
@@ -472,16 +386,16 @@ def _backward_sample_sequential(key, probs, log_a, length):
     last = length - 1
     log_at = jnp.swapaxes(log_a, -1, -2)
     at_t = jnp.exp(log_at - _finite_or_zero(jnp.max(log_at, axis=-1, keepdims=True)))
-    K8 = _padded_size(K)  # zero-weight padding states are never drawn
-    probs = _pad_states(probs, K8, (-1,))
-    at_t = _pad_states(at_t, K8, (-1,))
+    K8 = padded_size(K)  # zero-weight padding states are never drawn
+    probs = pad_states(probs, K8, (-1,))
+    at_t = pad_states(at_t, K8, (-1,))
     one = jnp.ones((K8,), probs.dtype)
 
     def _step(z_next, inp):
         t, p_t, v_t = inp
         col = at_t[jnp.minimum(t + 1, T - 1), z_next] if time_varying else at_t[z_next]
         w = p_t * jnp.where(t < last, col, one)
-        z = _categorical(w, v_t)
+        z = categorical(w, v_t)
         z = jnp.where(t <= last, z, z_next)
         return z, z
 
@@ -508,8 +422,8 @@ def _backward_sample_sequential_log(key, log_filtered, log_a, length):
         t, lf_t, v_t = inp
         col = log_at[jnp.minimum(t + 1, T - 1), z_next] if time_varying else log_at[z_next]
         log_w = lf_t + jnp.where(t < last, col, zero)
-        w = jnp.exp(log_w - _finite_or_zero(_max_last(log_w)))
-        z = _categorical(w, v_t)
+        w = jnp.exp(log_w - _finite_or_zero(block_max(log_w)))
+        z = categorical(w, v_t)
         z = jnp.where(t <= last, z, z_next)
         return z, z
 
@@ -532,7 +446,9 @@ def _backward_sample_parallel(key, log_filtered, log_a, length):
     cond = (ts < last)[:, None, None]
     log_w = log_filtered[:, :, None] + jnp.where(cond, log_a_next, jnp.zeros_like(log_a_next))
     u = jax.random.uniform(key, (T, K), dtype=log_filtered.dtype)
-    maps = _categorical_from_log_weights(log_w, u, axis=1)  # (T, K): g_t(j)
+    w = jnp.exp(log_w - _finite_or_zero(jnp.max(log_w, axis=1, keepdims=True)))
+    # g_t(j): a draw over i of column j, for every (t, j) at once
+    maps = jax.vmap(jax.vmap(categorical, in_axes=(1, 0)))(w, 1.0 - u)  # (T, K)
     ident = jnp.broadcast_to(jnp.arange(K, dtype=jnp.int32), (T, K))
     maps = jnp.where((ts <= last)[:, None], maps, ident)
 

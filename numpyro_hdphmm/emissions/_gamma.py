@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, xlogy
 
+from numpyro_hdphmm._core.random import log_gamma
+
 __all__ = [
     "float_dtype",
     "as_array",
@@ -88,7 +90,7 @@ def gamma_log_prob(x, a, b) -> jax.Array:
 def sample_log_gamma(rng_key, a, b, shape, dtype) -> jax.Array:
     """``log x`` for ``x ~ Gamma(a, b)`` drawn in log space, shape ``shape``.
 
-    Sampling in log space (``jax.random.loggamma``) keeps tiny shapes ``a`` from underflowing
+    Sampling in log space (:func:`numpyro_hdphmm._core.random.log_gamma`) keeps tiny shapes ``a`` from underflowing
     to ``x = 0`` before the rate is applied; callers exponentiate when they need ``x``.
     """
-    return jax.random.loggamma(rng_key, jnp.broadcast_to(a, shape), shape, dtype) - jnp.log(b)
+    return log_gamma(rng_key, jnp.broadcast_to(jnp.asarray(a, dtype), shape)) - jnp.log(b)

@@ -34,6 +34,8 @@ import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import gammaln, multigammaln
 
+from numpyro_hdphmm._core.random import gamma
+
 __all__ = [
     "MNIWStats",
     "mniw_statistics",
@@ -281,7 +283,7 @@ def sample_inverse_wishart(key, df, scale, shape: Tuple[int, ...]):
     dtype = jnp.result_type(scale)
     k_chi, k_norm = jax.random.split(key)
     alpha = 0.5 * (jnp.asarray(df, dtype)[..., None] - jnp.arange(D, dtype=dtype))
-    chi2 = 2.0 * jax.random.gamma(k_chi, jnp.broadcast_to(alpha, shape + (D,)), shape + (D,), dtype=dtype)
+    chi2 = 2.0 * gamma(k_chi, jnp.broadcast_to(alpha, shape + (D,)))
     normals = jax.random.normal(k_norm, shape + (D, D), dtype=dtype)
     B = jnp.tril(normals, -1) + jnp.sqrt(chi2)[..., None] * jnp.eye(D, dtype=dtype)
     U = jnp.broadcast_to(cholesky(scale), shape + (D, D))

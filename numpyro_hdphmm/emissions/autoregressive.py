@@ -69,6 +69,7 @@ class AutoRegressive(EmissionFamily):
     """
 
     param_names = ("A", "cov")
+    conjugate = True
     _hyper_names = ("loc", "col_precision", "df", "scale")
 
     def __init__(self, order, loc, col_precision, df, scale, affine: bool = True):

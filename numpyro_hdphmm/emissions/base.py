@@ -57,6 +57,46 @@ class EmissionFamily:
     #: names of the emission parameters; the model declares the site ``f"{name}_{p}"`` for each
     param_names: Tuple[str, ...] = ()
 
+    # ------------------------------------------------------------------ capabilities
+    # What a kernel may do with the family; kernels read these, never the family's type.
+
+    #: closed-form posterior, marginal likelihood and posterior predictive
+    #: (:meth:`posterior`, :meth:`log_marginal_likelihood`, :meth:`log_predictive`): the
+    #: parameters can be integrated out
+    conjugate: bool = False
+    #: the parameters are sites the family declares (:meth:`sample_sites`) and a kernel draws
+    #: (:meth:`update_parameters`); ``False``: they are the user's own sites, which the kernels'
+    #: inner kernel updates (:class:`~numpyro_hdphmm.emissions.CustomEmission`)
+    owns_parameters: bool = True
+    #: the parameters whose prior is set by the family's own DP concentration
+    #: (:attr:`dp_concentration`), e.g. a DP mixture's weights
+    dp_concentration_params: Tuple[str, ...] = ()
+
+    @property
+    def dp_concentration(self):
+        """The concentration of the family's own Dirichlet-process prior (a DP mixture's
+        ``sigma``), which a kernel may update exactly (:meth:`update_parameters`'
+        ``concentration_prior``); ``None`` for families without one."""
+        return None
+
+    def with_dp_concentration(self, value) -> "EmissionFamily":
+        """A copy with :attr:`dp_concentration` replaced (families without one: ``self``)."""
+        return self
+
+    def collapsed_statistics(self, capacity: int):
+        """The per-state statistics a collapsed sampler keeps while it moves one step at a time
+        (:mod:`numpyro_hdphmm.emissions.collapsed`): for a conjugate family the sufficient
+        statistics and the closed-form posterior predictive.  Raises ``NotImplementedError`` for a
+        family whose parameters cannot be integrated out."""
+        if not self.conjugate:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no closed-form posterior predictive, so its parameters cannot be "
+                "integrated out by a collapsed sampler."
+            )
+        from numpyro_hdphmm.emissions.collapsed import ConjugateStatistics
+
+        return ConjugateStatistics(self, capacity)
+
     # ------------------------------------------------------------------ shapes
     @property
     def event_shape(self) -> Tuple[int, ...]:

@@ -20,6 +20,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln, xlogy
 
+from numpyro_hdphmm._core.random import dirichlet
 from numpyro_hdphmm._core.validation import check_integer, check_positive, is_concrete
 from numpyro_hdphmm.emissions._gamma import as_array, as_float, float_dtype
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
@@ -56,6 +57,7 @@ class Categorical(EmissionFamily):
     """
 
     param_names = ("probs",)
+    conjugate = True
     _hyper_names = ("concentration",)
 
     def __init__(self, num_categories, concentration=1.0):
@@ -153,11 +155,12 @@ class Categorical(EmissionFamily):
     def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
         """``probs ~ Dirichlet(concentration)``: ``sample_shape + (*batch, C)``.
 
-        ``jax.random.dirichlet`` normalizes log-Gamma draws, so small concentrations do not
-        produce NaN; entries may still underflow to 0 (handled by :meth:`log_likelihoods`).
+        :func:`numpyro_hdphmm._core.random.dirichlet` normalizes log-Gamma draws, so small
+        concentrations do not produce NaN; entries may still underflow to 0 (handled by
+        :meth:`log_likelihoods`).
         """
         shape = tuple(sample_shape) + self.batch_shape
-        probs = jax.random.dirichlet(rng_key, self.concentration, shape, self.concentration.dtype)
+        probs = dirichlet(rng_key, jnp.broadcast_to(self.concentration, shape + self.concentration.shape[-1:]))
         return {"probs": probs}
 
     def log_prior(self, params) -> jax.Array:

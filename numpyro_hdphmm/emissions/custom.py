@@ -42,8 +42,9 @@ from numpyro.distributions.distribution import Distribution
 
 from numpyro_hdphmm._core.validation import check_static_int, is_concrete
 from numpyro_hdphmm.emissions.base import EmissionFamily
+from numpyro_hdphmm.emissions.collapsed import CollapsedStatistics
 
-__all__ = ["CustomEmission"]
+__all__ = ["CustomEmission", "ExplicitLikelihoods"]
 
 _NOT_CONJUGATE = (
     "CustomEmission.{method}: emissions written as a NumPyro distribution have no conjugate prior, so their "
@@ -69,6 +70,8 @@ class CustomEmission(EmissionFamily):
     """
 
     param_names: Tuple[str, ...] = ()
+    #: the parameters are the user's sites (updated by a kernel's inner kernel)
+    owns_parameters = False
 
     def __init__(self, fn, num_states: int, *, _distribution=None):
         if _distribution is None:
@@ -186,6 +189,11 @@ class CustomEmission(EmissionFamily):
         """Unchanged: the inner kernel of the HDP kernel (NUTS by default) updates the user's sites."""
         return params, None
 
+    def collapsed_statistics(self, capacity: int) -> "ExplicitLikelihoods":
+        """No closed form to integrate the parameters out: the uncollapsed strategy
+        :class:`ExplicitLikelihoods` (the likelihoods at the current parameters)."""
+        return ExplicitLikelihoods(self, capacity)
+
     # ------------------------------------------------------------------ conjugate-only
     def sufficient_statistics(self, x, weights):
         raise NotImplementedError(_NOT_CONJUGATE.format(method="sufficient_statistics"))
@@ -210,3 +218,55 @@ class CustomEmission(EmissionFamily):
         raise NotImplementedError(
             "CustomEmission has no prior of its own: put priors on the sites your callable reads."
         )
+
+
+class ExplicitLikelihoods(CollapsedStatistics):
+    r"""Emission parameters kept explicit, for emissions without a conjugate prior (the user's
+    sites of a :class:`CustomEmission`): the uncollapsed emission step.  Within a sweep the
+    parameters of every slot are fixed at their current values; the kernel's inner kernel (NUTS)
+    updates them given the states afterwards (Fox et al. eq. 42 without conjugacy).
+
+    A step's likelihood under an instantiated state ``k`` is ``f(y_i | theta_k)``, a row of the
+    ``(steps, K)`` log-likelihood matrix.  A new state has no closed-form prior predictive; it is
+    placed in one of the ``F`` free slots, whose parameters are draws from the prior (no step
+    uses them), with weight ``alpha beta_rem (...) / F * f(y_i | theta_j)`` for free slot ``j``:
+    the exact conditional of ``z_i`` in the model extended by the free slots' parameters and a
+    uniformly random assignment of states to slots (the number of assignments of ``K`` states
+    to ``L`` slots changes by the factor ``1/F`` when a state is added).  It is Neal's (2000)
+    Algorithm 8 with the ``F`` free slots as the auxiliary components, which converges to the
+    prior predictive as ``F`` grows.  States keep their slots (no relabelling)."""
+
+    relabels = False
+
+    def __init__(self, emission, capacity: int):
+        self.emission, self.capacity = emission, capacity
+
+    def delta(self, x_i, dtype):
+        return None
+
+    def init(self, rng_key, x, valid, states, params, dtype):
+        return ()
+
+    def precompute(self, x, params, dtype):
+        """``log f(y_i | theta_k)`` for every step and slot ``(steps, K)``."""
+        return self.emission.log_likelihoods(x, params).astype(dtype)
+
+    def remove(self, est, i, delta, weight, k):
+        return est
+
+    def free(self, est, k):
+        return est
+
+    def log_predictive(self, est, x_i, pre_i):
+        return pre_i, None
+
+    def log_new(self, pre_i, active):
+        num_free = jnp.sum(~active).astype(pre_i.dtype)
+        return jnp.where(active, -jnp.inf, pre_i - jnp.log(jnp.maximum(num_free, 1.0)))
+
+    def add(self, est, i, delta, weight, k, aux, u):
+        return est
+
+    def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
+        """Unchanged: the inner kernel updates the user's sites."""
+        return params, None

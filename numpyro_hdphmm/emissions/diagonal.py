@@ -61,6 +61,7 @@ class DiagonalGaussian(EmissionFamily):
     """
 
     param_names = ("mu", "precision")
+    conjugate = True
     _hyper_names = ("loc", "mean_precision", "concentration", "rate")
 
     def __init__(self, loc, mean_precision=1.0, concentration=1.0, rate=1.0):

@@ -47,10 +47,14 @@ from numpyro.distributions import constraints
 from numpyro.primitives import Messenger
 
 from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core import random as draws
+from numpyro_hdphmm._core.random import dirichlet
 from numpyro_hdphmm._core.validation import check_positive
-from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
+from numpyro_hdphmm._core.random import categorical
+from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site, state_weights
+from numpyro_hdphmm.emissions.collapsed import CollapsedStatistics, add_to_row, new_state_in_first_free_slot, prior_predictive
 
-__all__ = ["DPMixture", "MixtureWeightsPrior"]
+__all__ = ["DPMixture", "MixtureWeightsPrior", "MixtureStatistics"]
 
 #: auxiliary-variable sweeps of the concentration update per call (Fox et al. App. III
 #: recommend alternating the auxiliaries and the concentration "for several iterations")
@@ -60,13 +64,6 @@ NUM_CONCENTRATION_STEPS = 5
 def _safe_log(x):
     x = jnp.asarray(x)
     return jnp.log(jnp.maximum(x, jnp.finfo(x.dtype).tiny))
-
-
-def _sample_dirichlet(key, concentration):
-    """Dirichlet draws along the last axis from log-Gamma variates (tiny concentrations give
-    underflowed zeros, never NaN)."""
-    log_g = random.loggamma(key, concentration)
-    return jnp.exp(log_g - jax.nn.logsumexp(log_g, -1, keepdims=True))
 
 
 def _psi_posterior_concentration(concentration, num_components: int, counts):
@@ -98,7 +95,7 @@ class MixtureWeightsPrior(dist.Distribution):
 
     def sample(self, key, sample_shape=()):
         shape = tuple(sample_shape) + self.batch_shape + self.event_shape
-        return _sample_dirichlet(key, jnp.broadcast_to(self._conc(), shape))
+        return dirichlet(key, jnp.broadcast_to(self._conc(), shape))
 
     def log_prob(self, value):
         a = self._conc()
@@ -227,6 +224,22 @@ class DPMixture(EmissionFamily):
     @property
     def param_names(self) -> Tuple[str, ...]:
         return ("weights",) + tuple(self.base.param_names)
+
+    # ------------------------------------------------------------------ capabilities
+    #: the weights' prior ``Dir(sigma/L')`` is set by the concentration
+    dp_concentration_params = ("weights",)
+
+    @property
+    def dp_concentration(self):
+        """``sigma``, the concentration of every state's mixture."""
+        return self.concentration
+
+    def with_dp_concentration(self, value) -> "DPMixture":
+        return self.tree_unflatten((self.max_components,), (self.base, jnp.asarray(value, self.concentration.dtype)))
+
+    def collapsed_statistics(self, capacity: int) -> "MixtureStatistics":
+        """Weights and components integrated out (Fox et al. Alg. 3): :class:`MixtureStatistics`."""
+        return MixtureStatistics(self, capacity)
 
     @property
     def base_param_names(self) -> Tuple[str, ...]:
@@ -362,12 +375,12 @@ class DPMixture(EmissionFamily):
         def step(sigma, key):
             k_m, k_r, k_b, k_s = random.split(key, 4)
             m = crp.sample_crp_tables(k_m, flat, jnp.broadcast_to(sigma / num_components, flat.shape), total)
-            r = random.beta(k_r, sigma + 1.0, jnp.maximum(n_k, 1).astype(dtype), dtype=dtype)
+            r = draws.beta(k_r, jnp.broadcast_to(sigma + 1.0, n_k.shape).astype(dtype), jnp.maximum(n_k, 1).astype(dtype))
             b = random.bernoulli(k_b, n_k / (n_k + sigma)) & occupied
             log_r = jnp.sum(jnp.where(occupied, jnp.log(jnp.maximum(r, jnp.finfo(dtype).tiny)), 0.0))
             post_shape = shape + jnp.sum(m).astype(dtype) - jnp.sum(b).astype(dtype)
             post_rate = rate - log_r
-            new = random.gamma(k_s, post_shape, dtype=dtype) / post_rate
+            new = draws.gamma(k_s, post_shape, post_rate)
             return jnp.maximum(new, jnp.finfo(dtype).tiny), None
 
         sigma, _ = jax.lax.scan(step, jnp.asarray(self.concentration, dtype), random.split(rng_key, NUM_CONCENTRATION_STEPS))
@@ -405,7 +418,7 @@ class DPMixture(EmissionFamily):
         sigma = self.concentration
         if concentration_prior is not None:
             sigma = self.sample_concentration(k_sigma, jnp.round(counts), concentration_prior, num_steps)
-        psi = _sample_dirichlet(k_psi, _psi_posterior_concentration(sigma, num_components, counts))
+        psi = dirichlet(k_psi, _psi_posterior_concentration(sigma, num_components, counts))
         stats = self.base.sufficient_statistics(x, comp.reshape(num_steps, num_states * num_components))
         theta = self.base.sample_posterior(k_theta, stats)
         return {"weights": psi, **self._grid(theta, num_states)}, sigma
@@ -461,3 +474,75 @@ class DPMixture(EmissionFamily):
 
     def __repr__(self) -> str:
         return f"DPMixture({self.base!r}, concentration={self.concentration}, max_components={self.max_components})"
+
+
+class MixtureStatistics(CollapsedStatistics):
+    r"""DP-mixture emissions (Fox et al. Sec. VI-A, Alg. 3) with the mixture weights ``psi_k ~
+    Dir(sigma/L')`` and the components integrated out: component indicators ``s`` (time
+    flattened), per-(state, component) base statistics ``(K * L', ...)`` and counts ``n'_kj (K,
+    L')``.  The state predictive (eq. 61) is ``sum_j (n'_kj + sigma/L') / (sigma + n'_k.) f(y |
+    stats_kj)``: the Dirichlet-multinomial predictive of the model's ``L'`` components, whose
+    ``L' -> inf`` limit is the CRP of eq. 63 with the corrected denominators ``sigma + n'_k.``
+    (notes erratum 2).  After the sweep the concentration (when a kernel updates it), the weights
+    and the components are drawn given the indicators (:meth:`DPMixture.update_given_components`)."""
+
+    def __init__(self, emission: DPMixture, capacity: int):
+        self.emission, self.capacity = emission, capacity
+        self.base, self.width = emission.base, emission.max_components
+        self.conc = emission.concentration
+
+    def delta(self, x_i, dtype):
+        row = jax.tree_util.tree_map(lambda a: a[None], x_i)
+        return self.base.sufficient_statistics(row, jnp.ones((1, 1), dtype))
+
+    def init(self, rng_key, x, valid, states, params, dtype):
+        weights = state_weights(states, valid, self.capacity, dtype)
+        s = self.emission.sample_components(rng_key, x, weights, params).astype(jnp.int32)
+        cell = states * self.width + s
+        onehot = jax.nn.one_hot(cell, self.capacity * self.width, dtype=dtype) * valid[:, None].astype(dtype)
+        stats = self.base.sufficient_statistics(x, onehot)
+        counts = jnp.sum(onehot, 0).reshape(self.capacity, self.width)
+        return s, stats, counts
+
+    def precompute(self, x, params, dtype):
+        """The base family's prior predictive of every step ``(steps,)`` (a new state's first
+        component is a new component)."""
+        return prior_predictive(self.base, x, dtype)
+
+    def log_new(self, pre_i, active):
+        return new_state_in_first_free_slot(pre_i, active)
+
+    def remove(self, est, i, delta, weight, k):
+        s, stats, counts = est
+        stats = add_to_row(stats, k * self.width + s[i], delta, -weight)
+        return s, stats, counts.at[k, s[i]].add(-weight)
+
+    def free(self, est, k):
+        s, stats, counts = est
+
+        def one(a):
+            zeros = jnp.zeros((self.width,) + a.shape[1:], a.dtype)
+            return jax.lax.dynamic_update_slice_in_dim(a, zeros, k * self.width, 0)
+
+        return s, jax.tree_util.tree_map(one, stats), counts.at[k].set(0.0)
+
+    def _log_component_weights(self, counts):
+        prior = self.conc / self.width
+        return jnp.log(counts + prior) - jnp.log(self.conc + jnp.sum(counts, -1, keepdims=True))
+
+    def log_predictive(self, est, x_i, pre_i):
+        s, stats, counts = est
+        comp = self.base.log_predictive(x_i, stats).reshape(self.capacity, self.width)
+        joint = self._log_component_weights(counts) + comp
+        return jax.nn.logsumexp(joint, -1), comp
+
+    def add(self, est, i, delta, weight, k, comp, u):
+        s, stats, counts = est
+        log_w = self._log_component_weights(counts[k]) + jnp.where(weight > 0, comp[k], 0.0)
+        j = categorical(jnp.exp(log_w - jnp.max(log_w)), u)
+        stats = add_to_row(stats, k * self.width + j, delta, weight)
+        return s.at[i].set(j), stats, counts.at[k, j].add(weight)
+
+    def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
+        """``sigma``, ``psi`` and the components given the indicators of the sweep."""
+        return family.update_given_components(rng_key, x, weights, est[0], concentration_prior)

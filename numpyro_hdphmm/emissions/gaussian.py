@@ -61,6 +61,7 @@ class GaussianNIW(EmissionFamily):
     """
 
     param_names = ("mu", "cov")
+    conjugate = True
     _hyper_names = ("loc", "mean_precision", "df", "scale")
 
     def __init__(self, loc, mean_precision, df, scale):

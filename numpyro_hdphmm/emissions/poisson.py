@@ -70,6 +70,7 @@ class Poisson(EmissionFamily):
     """
 
     param_names = ("rate",)
+    conjugate = True
     _hyper_names = ("concentration", "rate")
 
     def __init__(self, concentration=1.0, rate=1.0, event_shape=()):

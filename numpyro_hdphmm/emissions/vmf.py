@@ -236,6 +236,7 @@ class VonMisesFisher(EmissionFamily):
     """
 
     param_names = ("mu",)
+    conjugate = True
     _hyper_names = ("concentration", "prior_mean", "prior_concentration")
 
     def __init__(self, concentration, prior_mean, prior_concentration=1e-2):

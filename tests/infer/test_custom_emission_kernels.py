@@ -13,7 +13,7 @@ import pytest
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs
 from numpyro_hdphmm.infer import beam
-from numpyro_hdphmm.infer import direct_assignment as da
+from numpyro_hdphmm.emissions.custom import ExplicitLikelihoods
 
 from _checks import empirical_tv, exact_infinite_posterior, final_states, tv_bound
 
@@ -69,7 +69,7 @@ def test_direct_assignment_custom_detects_missing_free_slot_factor(exact, monkey
     def log_new(self, pre_i, active):
         return jnp.where(active, -jnp.inf, pre_i)
 
-    monkeypatch.setattr(da._ExplicitEmission, "log_new", log_new)
+    monkeypatch.setattr(ExplicitLikelihoods, "log_new", log_new)
     tv, bound = _tv(DirectAssignmentGibbs, exact)
     assert tv > bound, (tv, bound)
 

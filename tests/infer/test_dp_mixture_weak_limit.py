@@ -10,12 +10,11 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
-from numpyro.infer.gibbs import conditioned, latent_sample_sites, prototype_trace
 from scipy.special import gammaln, logsumexp, roots_genlaguerre
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.emissions import Categorical, DPMixture, dp_mixture
-from numpyro_hdphmm.infer import WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import WeakLimitGibbs, discover, weak_limit
 
 from _checks import _log_dirmult_rows, _simplex_rule, empirical_tv, geweke_z_scores, partition_key, tv_bound
 
@@ -152,30 +151,24 @@ def test_enumeration_detects_psi_without_counts(exact_run, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- recognition
-def _recognized(model, *args, kernel_class=WeakLimitGibbs):
-    kernel = kernel_class(model)
-    m = kernel._inference_model
-    tr = prototype_trace(conditioned(m), jax.random.key(0), args, {})
-    kernel._sites = kernel._discover(tr)
-    return kernel._recognize(tr, latent_sample_sites(tr), args, {})
+def _recognized(model, *args, own_dp_concentration=True):
+    spec = discover(weak_limit(model), args, {}, own_dp_concentration=own_dp_concentration)
+    return spec.hyper
 
 
 def test_concentration_site_recognition():
     y = np.array(Y)
     hyper = _recognized(dp_model, y)
-    assert hyper.emission_concentration == "sigma" and "sigma" in hyper.sites
-
-    class NoSigmaUpdate(WeakLimitGibbs):  # a kernel that does not pass the prior to the emission
-        updates_emission_concentration = False
-
-    assert _recognized(dp_model, y, kernel_class=NoSigmaUpdate).emission_concentration is None
+    assert hyper.dp_concentration == "sigma" and "sigma" in hyper.sites
+    # an algorithm that does not update the concentration exactly leaves it to the inner kernel
+    assert _recognized(dp_model, y, own_dp_concentration=False).dp_concentration is None
 
     def shared(y):  # sigma also sets the base prior: it feeds something else
         sigma = numpyro.sample("sigma", dist.Gamma(2.0, 1.0))
         emission = DPMixture(Categorical(C, sigma), sigma, LC)
         nh.sample("y", nh.StickyHDPHMM(GAMMA, ALPHA, KAPPA, emission, max_states=L), obs=y)
 
-    assert _recognized(shared, y).emission_concentration is None
+    assert _recognized(shared, y).dp_concentration is None
 
     def same_as_gamma(y):  # one site for gamma and sigma: neither update applies alone
         g = numpyro.sample("g", dist.Gamma(2.0, 1.0))
@@ -183,14 +176,14 @@ def test_concentration_site_recognition():
         nh.sample("y", nh.StickyHDPHMM(g, ALPHA, KAPPA, emission, max_states=L), obs=y)
 
     hyper = _recognized(same_as_gamma, y)
-    assert hyper.emission_concentration is None and hyper.gamma is None
+    assert hyper.dp_concentration is None and hyper.gamma is None
 
     def transformed(y):  # any way of writing the model: sigma passed through arithmetic
         s = numpyro.sample("s", dist.Gamma(2.0, 1.0))
         emission = DPMixture(Categorical(C, 1.0), 1.0 * s, LC)
         nh.sample("y", nh.StickyHDPHMM(GAMMA, ALPHA, KAPPA, emission, max_states=L), obs=y)
 
-    assert _recognized(transformed, y).emission_concentration == "s"
+    assert _recognized(transformed, y).dp_concentration == "s"
 
 
 # ---------------------------------------------------------------------------------- Geweke

@@ -11,13 +11,18 @@ two sequences, and the posterior agrees with those draws conditioned on the obse
 (rejection); (4) deliberately wrong formulas fail (2) and (3).
 """
 
+import contextlib
+import math
 import warnings
+from unittest import mock
 
 import jax
 import numpy as np
 import pytest
+from scipy.special import gammaln
 
 import numpyro_hdphmm as nh
+from numpyro_hdphmm._core import partition
 
 import _checks
 from _checks import (
@@ -37,12 +42,14 @@ PARAMS = [(1.0, 2.0, 1.0), (0.5, 1.0, 0.0), (3.0, 0.7, 5.0), (2.0, 0.3, 0.0)]
 LAYOUTS = [[1], [2], [3], [4], [5], [6], [2, 3], [1, 1, 2], [3, 3], [1, 4]]
 
 
-def _prior_dict(lengths, gamma, alpha, kappa, **wrong):
-    """``partition -> prior probability`` over all partitions (``wrong``: negative-control options)."""
+def _prior_dict(lengths, gamma, alpha, kappa, wrong=None):
+    """``partition -> prior probability`` over all partitions (``wrong``: a key of :data:`WRONG`,
+    the package's formula with one piece replaced by a deliberately wrong one)."""
     out = {}
-    for z in restricted_growth_strings(sum(lengths)):
-        n, first = _checks.infinite_transition_counts(z, lengths)
-        out[z] = float(np.exp(_checks._log_infinite_prior_counts(n, first, gamma, alpha, kappa, **wrong)))
+    with _wrong_formula(wrong):
+        for z in restricted_growth_strings(sum(lengths)):
+            n, first = _checks.infinite_transition_counts(z, lengths)
+            out[z] = float(np.exp(partition.log_prior_counts(n, first, gamma, alpha, kappa)))
     return out
 
 
@@ -64,11 +71,38 @@ def _stirling_second_kind(n_max):
     return s
 
 
+def _overrides_informative(n_kk, kappa, stirling):
+    """Overridden tables counted as informative (``mbar = m`` instead of ``m - w``)."""
+    diag = np.zeros(n_kk + 1)
+    for m in range(1, n_kk + 1):
+        for w in range(m + 1):
+            diag[m] += stirling[n_kk, m] * math.comb(m, w) * float(kappa) ** w
+    return diag
+
+
+def _start_row_with_kappa(first, alpha, stirling):
+    """The start restaurant with concentration ``alpha + kappa`` (as if it were sticky)."""
+    a0 = alpha + KAPPA
+    log_norm = gammaln(a0) - gammaln(a0 + np.sum(first))
+    polys = [stirling[f, :f + 1] * (a0 / alpha) ** np.arange(f + 1) if f > 0 else np.array([1.0]) for f in first]
+    return log_norm, polys
+
+
 WRONG = {
-    "overridden tables informative": dict(overrides_informative=True),
-    "Stirling numbers of the second kind": dict(stirling=_stirling_second_kind),
-    "start row with concentration alpha + kappa": dict(start_concentration=ALPHA + KAPPA),
+    "overridden tables informative": ("diagonal_polynomial", _overrides_informative),
+    "Stirling numbers of the second kind": ("stirling1_unsigned", _stirling_second_kind),
+    "start row with concentration alpha + kappa": ("start_restaurant", _start_row_with_kappa),
 }
+
+
+@contextlib.contextmanager
+def _wrong_formula(name):
+    if name is None:
+        yield
+        return
+    attribute, replacement = WRONG[name]
+    with mock.patch.object(partition, attribute, replacement):
+        yield
 
 
 # ------------------------------------------------------------- independent exact reference
@@ -157,7 +191,7 @@ def test_wrong_formulas_fail_crf_enumeration(name):
     """Negative control: each deliberately wrong formula differs from the CRF enumeration."""
     lengths = [3, 3]
     tree = crf_tree_prior(lengths, GAMMA, ALPHA, KAPPA)
-    wrong = _normalized(_prior_dict(lengths, GAMMA, ALPHA, KAPPA, **WRONG[name]))
+    wrong = _normalized(_prior_dict(lengths, GAMMA, ALPHA, KAPPA, wrong=name))
     assert _tv(tree, wrong) > 1e-3, _tv(tree, wrong)
 
 
@@ -240,7 +274,7 @@ def test_wrong_formulas_fail_forward_simulation(forward, name, lengths):
     """Negative control: the same TV check rejects a deliberately wrong formula."""
     states, second = forward[0], forward[1]
     flat = states if lengths == [NUM_STEPS] else np.concatenate([states[:, :3], second], 1)
-    wrong = _normalized(_prior_dict(lengths, GAMMA, ALPHA, KAPPA, **WRONG[name]))
+    wrong = _normalized(_prior_dict(lengths, GAMMA, ALPHA, KAPPA, wrong=name))
     tv, bound = empirical_tv(wrong, flat), tv_bound(wrong.values(), len(flat))
     assert tv > bound, (tv, bound)
 
@@ -268,10 +302,8 @@ def test_wrong_posterior_fails_rejection_sampling(forward, wrong):
     if wrong == "emission_conc":
         post = exact_infinite_posterior([[0] * NUM_STEPS], GAMMA, ALPHA, KAPPA, 2, 10.0)
     else:
-        def bad_prior(z, lengths, gamma, alpha, kappa):
-            n, first = _checks.infinite_transition_counts(partition_key(z), lengths)
-            return _checks._log_infinite_prior_counts(n, first, gamma, alpha, kappa, overrides_informative=True)
-        post = exact_infinite_posterior([[0] * NUM_STEPS], GAMMA, ALPHA, KAPPA, 2, 1.0, _log_prior=bad_prior)
+        with _wrong_formula("overridden tables informative"):
+            post = exact_infinite_posterior([[0] * NUM_STEPS], GAMMA, ALPHA, KAPPA, 2, 1.0)
     tv, bound = empirical_tv(post, accepted), tv_bound(post.values(), len(accepted))
     assert tv > bound, (tv, bound)
 

@@ -82,7 +82,7 @@ def test_large_capacity_warns():
         nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, nh.emissions.Poisson(1.0, 1.0), max_states=1100), obs=y)
 
     with pytest.warns(RuntimeWarning, match=r"max_states=1100 is above 1024.*2-5 times the number of states"):
-        WeakLimitGibbs(model).init(jax.random.key(0), 0, None, (np.arange(5),), {})
+        WeakLimitGibbs(model).update_plan(np.arange(5))  # discovery warns, before anything is compiled
 
 
 def test_weak_limit_with_every_slot_occupied_warns():

@@ -45,8 +45,9 @@ def test_any_hyperprior_runs():
     mcmc = MCMC(kernel, num_warmup=20, num_samples=40, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     s = mcmc.get_samples()
-    assert kernel._hyper.gamma == "gamma" and kernel._hyper.concentration is None
-    assert set(kernel._inner_sites) == {"alpha", "rho", "c"}
+    hyper = kernel.spec.hyper
+    assert hyper.gamma == "gamma" and hyper.alpha is hyper.kappa is hyper.c is hyper.rho is None
+    assert set(kernel.spec.inner_sites) == {"alpha", "rho", "c"}
     for site in ("gamma", "alpha", "rho", "c"):
         v = np.asarray(s[site])
         assert np.all(np.isfinite(v)) and np.all(v > 0), site
@@ -97,10 +98,10 @@ def _exact_vs_generic(num_chains, num_warmup, num_samples, kernel_cls=WeakLimitG
     model = make_gamma_prior_model(CAPACITY[kernel_cls])
     exact_kernel = kernel_cls(model)
     exact = _chains(exact_kernel, y, num_chains, num_warmup, num_samples, seed=1)
-    assert exact_kernel._hyper.gamma == "gamma" and exact_kernel._hyper.alpha == "alpha"
+    assert exact_kernel.spec.hyper.gamma == "gamma" and exact_kernel.spec.hyper.alpha == "alpha"
     generic_kernel = kernel_cls(model, exact_hyperparameters=False)
     generic = _chains(generic_kernel, y, num_chains, num_warmup, num_samples, seed=2)
-    assert set(generic_kernel._inner_sites) == {"gamma", "alpha"}
+    assert set(generic_kernel.spec.inner_sites) == {"gamma", "alpha"}
     return {site: _summary_z(exact[site], generic[site]) for site in ("gamma", "alpha")}, exact, generic
 
 
@@ -143,7 +144,7 @@ def _alpha_exact_vs_generic(num_chains=8, num_warmup=100, num_samples=200):
     exact = _chains(WeakLimitGibbs(tiny_weights_model), y, num_chains, num_warmup, num_samples, seed=1)["alpha"]
     kernel = WeakLimitGibbs(tiny_weights_model, exact_hyperparameters=False)
     generic = _chains(kernel, y, num_chains, num_warmup, num_samples, seed=2)["alpha"]
-    assert kernel._inner_sites == ("alpha",)
+    assert kernel.spec.inner_sites == ("alpha",)
     z = _summary_z(exact, generic)
     print(z, float(np.mean(exact)), float(np.mean(generic)))
     return z

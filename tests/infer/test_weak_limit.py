@@ -13,7 +13,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import WeakLimitGibbs, weak_limit
 
-from _checks import empirical_tv, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
+from _checks import printed_gamma_update, empirical_tv, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
 
 GAMMA, ALPHA, KAPPA, L, C = 3.0, 2.0, 1.5, 3, 2
 
@@ -99,8 +99,7 @@ def test_geweke_with_hyperparameter_updates():
 
 @pytest.mark.slow
 def test_geweke_detects_printed_gamma_update(monkeypatch):
-    real = crp.resample_gamma
-    monkeypatch.setattr(crp, "resample_gamma", lambda *args, **kwargs: real(*args[:6], printed_typo=True))
+    monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
     z = geweke_z_scores(WeakLimitGibbs(hyper_model), weak_limit(hyper_model), _stats(), num_steps=8,
                         num_iterations=6000, num_prior=6000)
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
@@ -127,8 +126,9 @@ def test_arviz_end_to_end(small_data):
     kernel = WeakLimitGibbs(prior_model)
     mcmc = MCMC(kernel, num_warmup=30, num_samples=30, num_chains=2, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.key(0), small_data)
-    assert kernel._hyper.gamma == "gamma" and kernel._hyper.concentration == "independent"
-    assert kernel._inner_sites == ("scale",)
+    hyper = kernel.spec.hyper
+    assert hyper.gamma == "gamma" and hyper.alpha == "alpha" and hyper.kappa == "kappa"
+    assert kernel.spec.inner_sites == ("scale",)
     idata = az.from_numpyro(mcmc)
     for group in ("posterior", "log_likelihood", "sample_stats", "observed_data"):
         assert hasattr(idata, group), group

@@ -1,0 +1,152 @@
+r"""Per-state emission statistics for samplers that move one step at a time with the emission
+parameters integrated out (direct assignment, Fox et al. Alg. 1 and 3; the restricted collapsed
+draw).
+
+A sampler asks the family for its strategy (:meth:`EmissionFamily.collapsed_statistics`) and
+then, for each step ``i`` in turn, removes the step from its state's statistics, scores every
+instantiated state with the posterior predictive of the step and a new state with the prior
+predictive, draws, and adds the step to the chosen state.  The strategy objects are plain Python
+objects over jittable functions; the statistics they carry (``est``) are pytrees with leading
+axis ``K`` (the capacity), updated in place by index.
+
+Strategies: :class:`ConjugateStatistics` (every conjugate family: sufficient statistics and the
+closed-form predictive), the DP mixture's (:class:`~numpyro_hdphmm.emissions.dp_mixture.MixtureStatistics`,
+components integrated out too) and the uncollapsed fallback of custom emissions
+(:class:`~numpyro_hdphmm.emissions.custom.ExplicitLikelihoods`).  Every strategy implements the
+methods of :class:`CollapsedStatistics`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from numpyro_hdphmm._core.slots import first_free_slot
+from numpyro_hdphmm.emissions.base import state_weights
+
+__all__ = ["CollapsedStatistics", "ConjugateStatistics", "row_of", "add_to_row", "zero_row", "prior_predictive",
+           "new_state_in_first_free_slot"]
+
+
+def row_of(tree, i):
+    """Row ``i`` (a traced index) of every leaf of ``tree`` (leading axis dropped)."""
+    return jax.tree_util.tree_map(lambda a: lax.dynamic_index_in_dim(a, i, keepdims=False), tree)
+
+
+def add_to_row(stats, k, delta, sign):
+    """``stats[k] += sign * delta`` for every leaf (``delta`` has a leading axis of size one)."""
+
+    def one(s, d):
+        row = lax.dynamic_index_in_dim(s, k, keepdims=True)
+        return lax.dynamic_update_index_in_dim(s, row + sign * d.astype(s.dtype), k, 0)
+
+    return jax.tree_util.tree_map(one, stats, delta)
+
+
+def zero_row(stats, k):
+    """``stats[k] = 0`` for every leaf."""
+
+    def one(s):
+        return lax.dynamic_update_index_in_dim(s, jnp.zeros((1,) + s.shape[1:], s.dtype), k, 0)
+
+    return jax.tree_util.tree_map(one, stats)
+
+
+def prior_predictive(family, x, dtype):
+    """``log int f(x_i | theta) dH(theta)`` for every step ``i``: ``(steps,)`` (the posterior
+    predictive given empty statistics)."""
+    prior = family.sufficient_statistics(jax.tree_util.tree_map(lambda a: a[:1], x), jnp.zeros((1, 1), dtype))
+    return jax.vmap(lambda xt: family.log_predictive(xt, prior)[0])(x)
+
+
+def new_state_in_first_free_slot(log_pred_new, active):
+    """A new state of a collapsed family goes to the first free slot with the whole new-state
+    weight (the slot is arbitrary: the sampler relabels the states afterwards): ``(K,)`` log
+    weights, ``-inf`` elsewhere."""
+    return jnp.where(jnp.arange(active.shape[0]) == first_free_slot(active), log_pred_new, -jnp.inf)
+
+
+class CollapsedStatistics:
+    """The protocol (every method is pure and jittable; ``est`` is the carried statistics).
+
+    ``relabels``: whether the sampler may relabel the states (False when the parameters are the
+    user's sites, which stay with their slots).
+    """
+
+    relabels = True
+
+    def delta(self, x_i, dtype):
+        """The statistics of one observation ``x_i`` (leading axis of size one), or ``None``."""
+        raise NotImplementedError
+
+    def init(self, rng_key, x, valid, states, params, dtype):
+        """``est``: the statistics of the current assignment ``states (steps,)`` (time flattened)."""
+        raise NotImplementedError
+
+    def precompute(self, x, params, dtype):
+        """Per-step quantities computed once per sweep (e.g. the prior predictive ``(steps,)``)."""
+        raise NotImplementedError
+
+    def remove(self, est, i, delta, weight, k):
+        """``est`` with step ``i`` (weight 0 or 1) removed from state ``k``."""
+        raise NotImplementedError
+
+    def free(self, est, k):
+        """``est`` with state ``k``'s statistics cleared (its slot was freed)."""
+        raise NotImplementedError
+
+    def log_predictive(self, est, x_i, pre_i):
+        """``(log p(x_i | state k's statistics) (K,), aux)`` for every slot."""
+        raise NotImplementedError
+
+    def log_new(self, pre_i, active):
+        """``(K,)`` log weight of a new state in each slot (``-inf`` at instantiated slots)."""
+        raise NotImplementedError
+
+    def add(self, est, i, delta, weight, k, aux, u):
+        """``est`` with step ``i`` added to state ``k`` (``u`` a uniform in ``(0, 1]`` for any
+        auxiliary choice, e.g. a mixture component)."""
+        raise NotImplementedError
+
+    def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
+        """``(params, concentration)``: the emission parameters drawn given the states (for the
+        record and for the sites the sampler does not collapse), ``weights (steps, K)``."""
+        raise NotImplementedError
+
+
+class ConjugateStatistics(CollapsedStatistics):
+    """Emission parameters integrated out: per-state sufficient statistics ``(K, ...)``; the
+    predictive is the family's closed-form posterior predictive
+    (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.log_predictive`)."""
+
+    def __init__(self, emission, capacity: int):
+        self.emission, self.capacity = emission, capacity
+
+    def delta(self, x_i, dtype):
+        row = jax.tree_util.tree_map(lambda a: a[None], x_i)
+        return self.emission.sufficient_statistics(row, jnp.ones((1, 1), dtype))
+
+    def init(self, rng_key, x, valid, states, params, dtype):
+        return self.emission.sufficient_statistics(x, state_weights(states, valid, self.capacity, dtype))
+
+    def precompute(self, x, params, dtype):
+        return prior_predictive(self.emission, x, dtype)
+
+    def remove(self, est, i, delta, weight, k):
+        return add_to_row(est, k, delta, -weight)
+
+    def free(self, est, k):
+        return zero_row(est, k)
+
+    def log_predictive(self, est, x_i, pre_i):
+        return self.emission.log_predictive(x_i, est), None
+
+    def log_new(self, pre_i, active):
+        return new_state_in_first_free_slot(pre_i, active)
+
+    def add(self, est, i, delta, weight, k, aux, u):
+        return add_to_row(est, k, delta, weight)
+
+    def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
+        return family.update_parameters(rng_key, x, weights, params)

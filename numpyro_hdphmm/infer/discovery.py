@@ -1,0 +1,511 @@
+r"""Model discovery: what an HDP-HMM kernel finds in a user's model, as plain functions.
+
+:func:`discover` traces the model once, on a concrete prior draw and before anything is compiled,
+and returns an immutable :class:`ModelSpec`:
+
+* the sites :func:`numpyro_hdphmm.sample` declared (by their ``infer["hdphmm_role"]`` tag):
+  ``{name}_beta``, ``{name}_trans``, the emission parameters, ``{name}_states`` and the observed
+  ``{name}``, with the capacity ``K`` and whether there are several sequences;
+* the hyperparameter sites that get an exact auxiliary-variable update
+  (:mod:`numpyro_hdphmm._core.crp`): ``gamma``, ``alpha``, ``kappa`` with Gamma priors, or
+  ``c = alpha + kappa`` with a Gamma prior and ``rho = kappa / c`` with a Beta prior, and the
+  concentration of a DP-mixture emission, each a scalar sample site whose value is that quantity
+  and which feeds nothing else.  Recognition is numerical (the model is evaluated at probe values
+  of the candidate sites), so any way of writing the model works; a probe that fails is reported
+  in the plan, never swallowed;
+* the update plan (:class:`UpdatePlan`): for every latent site, whether the algorithm owns it,
+  it gets an exact auxiliary-variable update, or the inner kernel (NUTS by default) updates it,
+  and why.
+
+:func:`model_view` runs the model at the current values inside a sweep (jittable) and reads the
+hyperparameters, the emission family and the data (:class:`ModelView`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Dict, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+
+from numpyro_hdphmm._core.crp import Concentrations, HyperPriors
+from numpyro_hdphmm.primitives import HDP_ROLE
+
+__all__ = [
+    "HMMSites",
+    "HyperSites",
+    "SiteUpdate",
+    "UpdatePlan",
+    "ModelSpec",
+    "SequenceData",
+    "ModelView",
+    "discover",
+    "model_view",
+    "prior_trace",
+]
+
+
+class HMMSites(NamedTuple):
+    """The sites of the HDP-HMM named ``name`` (:func:`numpyro_hdphmm.sample`); ``params``: the
+    emission parameters as ``(parameter name, site name)`` pairs (empty for custom emissions)."""
+
+    name: str
+    beta: str
+    trans: str
+    states: str
+    obs: str
+    params: Tuple[Tuple[str, str], ...]
+
+    @property
+    def param_sites(self) -> Tuple[str, ...]:
+        return tuple(site for _, site in self.params)
+
+    @property
+    def owned(self) -> Tuple[str, ...]:
+        """Every site the algorithm updates itself (the emission parameters included)."""
+        return (self.beta, self.trans, self.states, *self.param_sites)
+
+
+class HyperSites(NamedTuple):
+    """Sites with an exact auxiliary-variable update (``None``: none).  ``alpha``/``kappa``
+    (independent Gamma priors) and ``c``/``rho`` (``alpha + kappa`` Gamma, ``kappa / (alpha +
+    kappa)`` Beta) are never both set; ``dp_concentration``: a Gamma-prior site whose value is the
+    concentration of a DP-mixture emission."""
+
+    gamma: Optional[str] = None
+    alpha: Optional[str] = None
+    kappa: Optional[str] = None
+    c: Optional[str] = None
+    rho: Optional[str] = None
+    dp_concentration: Optional[str] = None
+
+    @property
+    def sites(self) -> Tuple[str, ...]:
+        return tuple(s for s in self if s is not None)
+
+
+class SiteUpdate(NamedTuple):
+    """One row of the update plan: ``site``, ``update`` (``"algorithm"``, ``"exact"`` or
+    ``"inner"``) and ``reason``."""
+
+    site: str
+    update: str
+    reason: str
+
+
+_UPDATE_LABELS = {
+    "algorithm": "owned by the algorithm",
+    "exact": "exact auxiliary-variable update",
+    "inner": "inner kernel",
+}
+
+
+class UpdatePlan(tuple):
+    """The update plan: a tuple of :class:`SiteUpdate`, printed as a table."""
+
+    def __str__(self) -> str:
+        width = max([len(u.site) for u in self] + [4])
+        label = max(len(v) for v in _UPDATE_LABELS.values())
+        lines = [f"{'site':<{width}}  {'update':<{label}}  why", f"{'-' * width}  {'-' * label}  ---"]
+        for u in self:
+            lines.append(f"{u.site:<{width}}  {_UPDATE_LABELS[u.update]:<{label}}  {u.reason}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return "UpdatePlan(\n" + str(self) + "\n)"
+
+    def sites(self, update: str) -> Tuple[str, ...]:
+        """The sites with the given update (``"algorithm"``, ``"exact"`` or ``"inner"``)."""
+        return tuple(u.site for u in self if u.update == update)
+
+
+class ModelSpec(NamedTuple):
+    """What :func:`discover` found (immutable, static: hashable names and sizes only).
+
+    ``sites``: :class:`HMMSites`; ``capacity``: ``K = max_states``; ``batched``: ``obs`` holds
+    several sequences ``(N, T, ...)``; ``beta_prior``: ``"gem"`` (the infinite model) or
+    ``"weak_limit"`` (``Dir(gamma/L)``); ``family``: the emission family's class name;
+    ``owns_parameters``: the family declares its parameter sites (``False``: custom emissions,
+    the user's sites); ``hyper``: :class:`HyperSites`; ``inner_sites``: the sites the inner kernel
+    updates; ``plan``: :class:`UpdatePlan`.
+    """
+
+    sites: HMMSites
+    capacity: int
+    batched: bool
+    beta_prior: str
+    family: str
+    owns_parameters: bool
+    hyper: HyperSites
+    inner_sites: Tuple[str, ...]
+    plan: UpdatePlan
+
+
+class SequenceData(NamedTuple):
+    """The observations as the sweeps see them: raw ``y (N, T, ...)``, the family's prepared
+    observations ``x`` (pytree, leading axes ``(N, T)``), ``valid (N, T)`` (observed and inside
+    the sequence) and ``lengths (N,)``."""
+
+    y: jax.Array
+    x: object
+    valid: jax.Array
+    lengths: jax.Array
+
+
+class ModelView(NamedTuple):
+    """The model as one sweep sees it at the current values: the concentrations, the emission
+    family (with its current hyperparameters), the data, the priors of the sites with exact
+    updates (``priors``; ``dp_concentration_prior``: ``(shape, rate)`` or ``None``)."""
+
+    hyper: Concentrations
+    emission: object
+    data: SequenceData
+    priors: HyperPriors
+    dp_concentration_prior: Optional[Tuple] = None
+
+
+# ------------------------------------------------------------------------------ tracing
+def prior_trace(model, rng_key, model_args=(), model_kwargs=None):
+    """A trace of ``model`` with every latent site drawn from its prior (unlike NumPyro's
+    ``prototype_trace``, this needs no unconstraining transform, e.g. for spherical sites)."""
+    return handlers.trace(handlers.seed(model, rng_key)).get_trace(*model_args, **(model_kwargs or {}))
+
+
+def _unwrap(fn):
+    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
+        fn = fn.base_dist
+    return fn
+
+
+def _is_constant(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _close(a, b) -> bool:
+    return bool(np.allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-10))
+
+
+def latent_sites(trace) -> Tuple[str, ...]:
+    """The unobserved sample sites of ``trace``, in model order."""
+    return tuple(name for name, site in trace.items() if site["type"] == "sample" and not site["is_observed"])
+
+
+def _find_sites(trace, kernel: str) -> Tuple[HMMSites, bool, object]:
+    roles: Dict = {}
+    for site_name, site in trace.items():
+        if site["type"] != "sample":
+            continue
+        role = (site.get("infer") or {}).get(HDP_ROLE)
+        if role is not None and role != "emission":
+            roles.setdefault((site["infer"]["hdphmm_name"], role), []).append(site_name)
+    names = sorted({n for n, _ in roles})
+    if not names:
+        raise ValueError(f"{kernel}: the model declares no HDP-HMM; use numpyro_hdphmm.sample(name, hmm, obs=y).")
+    if len(names) > 1:
+        raise NotImplementedError(f"{kernel}: the model declares {len(names)} HDP-HMMs ({names}); one per model is supported.")
+    name = names[0]
+    obs = roles[(name, "obs")][0]
+    if not trace[obs]["is_observed"]:
+        raise ValueError(f"{kernel}: the HDP-HMM site '{obs}' must be observed (pass obs=...).")
+    fn = trace[obs]["fn"]
+    emission = fn.emission
+    sites = HMMSites(
+        name=name,
+        beta=roles[(name, "beta")][0],
+        trans=roles[(name, "trans")][0],
+        states=roles[(name, "states")][0],
+        obs=obs,
+        params=tuple((p, f"{name}_{p}") for p in emission.param_names),
+    )
+    return sites, len(fn.batch_shape) == 2, emission
+
+
+# ------------------------------------------------------------------------ recognition
+def _hyper_values(model, sites: HMMSites, model_args, model_kwargs, values, probed=(), dp_probe=False):
+    """``(gamma, alpha, kappa, sigma)`` of the model with ``values`` substituted (``sigma``: the
+    emission family's DP concentration, NaN for families without one), and the distribution
+    arguments of every other site (all but beta, trans and ``probed``; with ``dp_probe`` also
+    leaving out the sites whose prior the DP concentration sets and the family's concentration
+    itself, the places ``sigma`` legitimately enters)."""
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
+    emission = tr[sites.obs]["fn"].emission
+    sigma = emission.dp_concentration
+    has_dp = sigma is not None
+    hyper = (tr[sites.beta]["fn"].concentration, tr[sites.trans]["fn"].alpha, tr[sites.trans]["fn"].kappa,
+             sigma if has_dp else np.nan)
+    skip = {sites.beta, sites.trans, *probed}
+    if dp_probe and has_dp:
+        skip.update(site for p, site in sites.params if p in emission.dp_concentration_params)
+    others = []
+    for site_name, site in tr.items():
+        if site["type"] != "sample" or site_name in skip:
+            continue
+        fn = site["fn"]
+        if dp_probe and has_dp and site_name == sites.obs:
+            fn = (fn.emission.with_dp_concentration(0.0), fn.params, fn.states, fn.lengths)
+        others.extend(jax.tree_util.tree_leaves(fn))
+    return hyper, others
+
+
+def _prior_params(fn):
+    if isinstance(fn, dist.Gamma):
+        return fn.concentration, fn.rate
+    return fn.concentration1, fn.concentration0
+
+
+def _describe_prior(fn) -> str:
+    fn = _unwrap(fn)
+    args = {"Gamma": ("concentration", "rate"), "Beta": ("concentration1", "concentration0")}.get(type(fn).__name__)
+    if args and all(_is_constant(getattr(fn, a)) and np.ndim(getattr(fn, a)) == 0 for a in args):
+        return f"{type(fn).__name__}({', '.join(f'{float(getattr(fn, a)):.4g}' for a in args)})"
+    return type(fn).__name__
+
+
+def _recognize(model, sites: HMMSites, trace, latent, model_args, model_kwargs, own_dp_concentration: bool):
+    """``(HyperSites, {site: reason})``: the sites with exact updates and, for every other
+    candidate or probed site, why it goes to the inner kernel."""
+    owned = set(sites.owned)
+    candidates, reasons = {}, {}
+    for s in latent:
+        if s in owned:
+            continue
+        site = trace[s]
+        fn = _unwrap(site["fn"])
+        scalar = tuple(site["fn"].shape()) == () and jnp.shape(site["value"]) == ()
+        if isinstance(fn, dist.Gamma) and scalar:
+            if _is_constant(fn.concentration) and _is_constant(fn.rate):
+                candidates[s] = "gamma"
+            else:
+                reasons[s] = "a Gamma prior whose parameters depend on other sites (the exact update needs a fixed prior)"
+        elif isinstance(fn, dist.Beta) and scalar:
+            if _is_constant(fn.concentration1) and _is_constant(fn.concentration0):
+                candidates[s] = "beta"
+            else:
+                reasons[s] = "a Beta prior whose parameters depend on other sites (the exact update needs a fixed prior)"
+    if not candidates:
+        return HyperSites(), reasons
+    rng = np.random.default_rng(12345)
+    fixed = {s: trace[s]["value"] for s in latent if s not in candidates}
+    probes, results = [], []
+    for _ in range(3):
+        probe = {
+            s: jnp.asarray(rng.gamma(2.0, 1.0) if kind == "gamma" else rng.uniform(0.05, 0.95), dtype=jnp.result_type(float))
+            for s, kind in candidates.items()
+        }
+        try:
+            hyper, _ = _hyper_values(model, sites, model_args, model_kwargs, {**fixed, **probe})
+        except Exception as err:  # reported: the plan says why these sites go to the inner kernel
+            why = f"recognition probe failed ({type(err).__name__}: {err})"
+            warnings.warn(f"HDP-HMM kernel: the model could not be evaluated at probe values of {sorted(candidates)}: "
+                          f"{err}; those sites go to the inner kernel.", UserWarning, stacklevel=4)
+            return HyperSites(), {**reasons, **{s: why for s in candidates}}
+        if not all(_is_constant(h) for h in hyper):
+            why = "the HDP-HMM's concentrations depend on the data or on traced values at the probes"
+            return HyperSites(), {**reasons, **{s: why for s in candidates}}
+        probes.append(probe)
+        results.append([np.asarray(h) for h in hyper])
+
+    def matches(index, site, transform=lambda g, a, k, s: (g, a, k, s)):
+        return all(_close(transform(*res)[index], pr[site]) for res, pr in zip(results, probes))
+
+    def feeds_nothing_else(site_names, dp_probe=False):
+        base = {**fixed, **probes[0]}
+        alt = dict(base)
+        for s in site_names:
+            alt[s] = probes[1][s]
+        ha, a = _hyper_values(model, sites, model_args, model_kwargs, base, site_names, dp_probe)
+        hb, b = _hyper_values(model, sites, model_args, model_kwargs, alt, site_names, dp_probe)
+        if dp_probe:
+            a, b = [*a, *ha[:3]], [*b, *hb[:3]]
+        if len(a) != len(b) or not all(_is_constant(x) and _is_constant(y) for x, y in zip(a, b)):
+            return False
+        return all(np.shape(x) == np.shape(y) and _close(x, y) for x, y in zip(a, b))
+
+    gammas = [s for s, k in candidates.items() if k == "gamma"]
+    betas = [s for s, k in candidates.items() if k == "beta"]
+    gamma_site = None
+    for s in gammas:
+        if matches(0, s):
+            if feeds_nothing_else([s]):
+                gamma_site = s
+                break
+            reasons[s] = "it is gamma but also enters other sites (the exact update needs it to feed nothing else)"
+    const = lambda i: all(_close(results[0][i], r[i]) for r in results)
+    alpha_site = next((s for s in gammas if s != gamma_site and matches(1, s)), None)
+    kappa_site = next((s for s in gammas if s not in (gamma_site, alpha_site) and matches(2, s)), None)
+    sigma_site = None
+    for s in gammas:
+        if s in (gamma_site, alpha_site, kappa_site) or not matches(3, s):
+            continue
+        if not own_dp_concentration:
+            reasons[s] = "the DP-mixture concentration; this kernel does not update it exactly"
+        elif feeds_nothing_else([s], dp_probe=True):
+            sigma_site = s
+            break
+        else:
+            reasons[s] = "the DP-mixture concentration, but it also enters other sites"
+    hyper = HyperSites(gamma=gamma_site, dp_concentration=sigma_site)
+    pair = [s for s in (alpha_site, kappa_site) if s is not None]
+    a_ok = alpha_site is not None or const(1)
+    k_ok = kappa_site is not None or const(2)
+    if pair:
+        if a_ok and k_ok and feeds_nothing_else(pair):
+            hyper = hyper._replace(alpha=alpha_site, kappa=kappa_site)
+        else:
+            why = ("alpha and kappa: one is a Gamma site, the other neither constant nor a Gamma site"
+                   if not (a_ok and k_ok) else "it also enters other sites (the exact update needs it to feed nothing else)")
+            reasons.update({s: why for s in pair})
+    if hyper.alpha is None and hyper.kappa is None:
+        c_site = next((s for s in gammas if s not in (gamma_site, sigma_site)
+                       and matches(1, s, lambda g, a, k, _: (g, a + k, k, _))), None)
+        rho_site = next((s for s in betas if matches(2, s, lambda g, a, k, _: (g, a, k / (a + k), _))), None)
+        if c_site is not None and rho_site is not None:
+            if feeds_nothing_else([c_site, rho_site]):
+                hyper = hyper._replace(c=c_site, rho=rho_site)
+            else:
+                reasons.update({s: "alpha + kappa / kappa / (alpha + kappa), but it also enters other sites" for s in (c_site, rho_site)})
+        elif c_site is not None or rho_site is not None:
+            found = c_site or rho_site
+            reasons[found] = ("alpha + kappa (Gamma) without a Beta site for kappa / (alpha + kappa)" if c_site
+                              else "kappa / (alpha + kappa) (Beta) without a Gamma site for alpha + kappa")
+    for s in candidates:
+        if s not in hyper.sites and s not in reasons:
+            reasons[s] = ("a scalar Gamma or Beta site, but not gamma, alpha, kappa, alpha + kappa, "
+                          "kappa / (alpha + kappa) or a DP-mixture concentration of the HDP-HMM")
+    return hyper, reasons
+
+
+_EXACT_REASONS = {
+    "gamma": "gamma: Escobar-West auxiliary variables given the informative tables (Fox et al. eqs. 54-56)",
+    "alpha": "alpha: Beta auxiliaries of the restaurants given the tables (Fox et al. App. III, independent Gamma priors)",
+    "kappa": "kappa: Beta auxiliaries given the override tables (Fox et al. App. III, independent Gamma priors)",
+    "c": "alpha + kappa: Beta auxiliaries given the tables (Fox et al. eqs. 50-53)",
+    "rho": "kappa / (alpha + kappa): Beta given the override tables (Fox et al. eq. 50)",
+    "dp_concentration": "DP-mixture concentration: auxiliary variables given the component tables (Fox et al. App. III)",
+}
+
+
+def _check_inner_supports(model, sites: HMMSites, trace, latent, inner_sites, model_args, model_kwargs, kernel):
+    """Reject inner-kernel sites whose support lets the model become invalid.
+
+    The inner NUTS kernel moves each of its sites over the whole support of the site's
+    distribution.  A hyperprior on the real line (``gamma ~ Normal(3, 1)``) then reaches negative
+    concentrations, where the HDP-HMM is undefined (NaN rows and densities).  Each inner site is
+    evaluated at points spread over its support (the support's bijection at unconstrained values
+    -10, -1, 1, 10, the other sites at the prior draw); a model that rejects one of them (a
+    ``ValueError``, e.g. a non-positive ``gamma``, ``alpha``, ``kappa`` or emission concentration)
+    is reported, naming the site, before anything is compiled.
+    """
+    fixed = {s: trace[s]["value"] for s in latent}
+    for site in inner_sites:
+        support = trace[site]["fn"].support
+        if support.is_discrete:
+            continue
+        transform = biject_to(support)
+        shape = transform.inverse_shape(jnp.shape(trace[site]["value"]))
+        for u in (-10.0, -1.0, 1.0, 10.0):
+            value = transform(jnp.full(shape, u, jnp.result_type(float)))
+            try:
+                _hyper_values(model, sites, model_args, model_kwargs, {**fixed, site: value})
+            except ValueError as err:
+                raise ValueError(
+                    f"{kernel}: the inner NUTS kernel moves site '{site}' over its whole support "
+                    f"({support}), but the model is invalid at {site} = {np.asarray(value).ravel()[:3]}: {err} "
+                    f"Give '{site}' a prior on the values the model accepts (for a concentration: Gamma, "
+                    "LogNormal or HalfNormal) or transform it (e.g. jnp.exp of a real-valued site)."
+                ) from err
+
+
+def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM kernel",
+             exact_hyperparameters: bool = True, own_dp_concentration: bool = True,
+             describe: Optional[Dict[str, str]] = None) -> ModelSpec:
+    """Trace ``model`` once at a concrete prior draw and return its :class:`ModelSpec`.
+
+    ``model``: the model as the kernel samples it (conditioned on any sites another Gibbs block
+    owns, ``numpyro.infer.gibbs.conditioned``); ``kernel``: the kernel's name for messages;
+    ``exact_hyperparameters``: recognize sites for the exact updates (``False``: every
+    hyperparameter site goes to the inner kernel); ``own_dp_concentration``: the algorithm updates
+    a DP-mixture emission's concentration site exactly; ``describe``: what the algorithm does with
+    each of its sites, by role (``"beta"``, ``"trans"``, ``"states"``, ``"params"``), for the plan.
+    Runs eagerly on concrete values (also when called while a caller traces, e.g. under ``pmap``).
+    """
+    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+    describe = describe or {}
+    with jax.ensure_compile_time_eval():
+        trace = prior_trace(model, jax.random.key(0), model_args, model_kwargs)
+        sites, batched, emission = _find_sites(trace, kernel)
+        latent = latent_sites(trace)
+        beta_fn = trace[sites.beta]["fn"]
+        capacity = beta_fn.event_shape[0] - 1
+        beta_prior = "gem" if type(beta_fn).__name__ == "GEM" else "weak_limit"
+        if exact_hyperparameters:
+            hyper, reasons = _recognize(model, sites, trace, latent, model_args, model_kwargs, own_dp_concentration)
+        else:
+            hyper, reasons = HyperSites(), {}
+        owned = set(sites.owned)
+        inner = tuple(s for s in latent if s not in owned and s not in hyper.sites)
+        _check_inner_supports(model, sites, trace, latent, inner, model_args, model_kwargs, kernel)
+    rows = []
+    role_of = {sites.beta: "beta", sites.trans: "trans", sites.states: "states", **{s: "params" for s in sites.param_sites}}
+    exact_role = {site: role for role, site in hyper._asdict().items() if site is not None}
+    for s in latent:
+        if s in role_of:
+            rows.append(SiteUpdate(s, "algorithm", describe.get(role_of[s], role_of[s])))
+        elif s in exact_role:
+            rows.append(SiteUpdate(s, "exact", f"{_describe_prior(trace[s]['fn'])} prior; {_EXACT_REASONS[exact_role[s]]}"))
+        else:
+            if not exact_hyperparameters:
+                why = "exact_hyperparameters=False"
+            elif s in reasons:
+                why = reasons[s]
+            elif not emission.owns_parameters:
+                why = "a site of the user's model (e.g. a parameter of the custom emission or a hyperprior), given the rest"
+            else:
+                prior = _describe_prior(trace[s]["fn"])
+                why = (f"{prior} prior: the exact updates need a scalar Gamma prior (Beta for kappa / (alpha + kappa)); "
+                       "updated given the rest, with the transition rows integrated out")
+            rows.append(SiteUpdate(s, "inner", why))
+    return ModelSpec(
+        sites=sites,
+        capacity=int(capacity),
+        batched=bool(batched),
+        beta_prior=beta_prior,
+        family=type(emission).__name__,
+        owns_parameters=bool(emission.owns_parameters),
+        hyper=hyper,
+        inner_sites=inner,
+        plan=UpdatePlan(rows),
+    )
+
+
+# --------------------------------------------------------------------------- the view
+def model_view(model, spec: ModelSpec, model_args, model_kwargs, values) -> ModelView:
+    """Run ``model`` at ``values`` (every latent site) and read the concentrations, the emission
+    family and the data (pure; called inside the jitted sweep)."""
+    sites = spec.sites
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
+    obs_fn = tr[sites.obs]["fn"]
+    emission = obs_fn.emission
+    y = jnp.asarray(tr[sites.obs]["value"])
+    if not spec.batched:
+        y = y[None]
+    x, valid = jax.vmap(emission.prepare)(y)
+    num_seq, num_steps = valid.shape
+    lengths = obs_fn.lengths if obs_fn.lengths is not None else jnp.full((num_seq,), num_steps, jnp.int32)
+    valid = valid & (jnp.arange(num_steps) < lengths[:, None])
+    hyper_sites = spec.hyper
+    prior = lambda s: None if s is None else _prior_params(_unwrap(tr[s]["fn"]))
+    trans_fn = tr[sites.trans]["fn"]
+    return ModelView(
+        hyper=Concentrations(tr[sites.beta]["fn"].concentration, trans_fn.alpha, trans_fn.kappa),
+        emission=emission,
+        data=SequenceData(y=y, x=x, valid=valid, lengths=lengths),
+        priors=HyperPriors(gamma=prior(hyper_sites.gamma), alpha=prior(hyper_sites.alpha), kappa=prior(hyper_sites.kappa),
+                           c=prior(hyper_sites.c), rho=prior(hyper_sites.rho)),
+        dp_concentration_prior=prior(hyper_sites.dp_concentration),
+    )

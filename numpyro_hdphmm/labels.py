@@ -455,8 +455,11 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
         lengths: ``(N,)`` sequence lengths for ``(S, N, T)`` draws (padded steps unlabelled).
         weights: ``(S,)`` non-negative weights of the draws (default equal): e.g. exact posterior
             probabilities of enumerated state sequences.
-        max_clusters: the most clusters of the estimate (static); default ``min(n, 2 k + 10)``
-            with ``k`` the most clusters of any draw and ``n`` the number of labelled steps.
+        max_clusters: the most clusters of the estimate (a static size); default ``min(n, 2 k + 10)``
+            with ``k`` the most clusters of any draw and ``n`` the number of labelled steps,
+            doubled (and the search continued from its solutions) while the best estimate uses
+            them all; a value given here is kept (a ``RuntimeWarning`` when the estimate uses
+            all of them).
         num_starts: the number of starts (half of them draws, half sequential allocations).
         max_sweeps: the most sweeps per start.
         seed: seed of the visiting orders and of the draws chosen as starts.
@@ -471,7 +474,8 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
     compact, labelled, layout, w = _prepare_draws(draws, lengths, weights)
     S, n = compact.shape
     k_draws = int(compact.max()) + 1
-    if max_clusters is None:
+    automatic = max_clusters is None
+    if automatic:
         max_clusters = min(n, 2 * k_draws + 10)
     max_clusters = check_static_int("max_clusters", max_clusters)
     if max_clusters < k_draws:
@@ -483,14 +487,26 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
     num_seeded = (num_starts + 1) // 2
     picks = np.linspace(0, S - 1, num_seeded).round().astype(int) if S > 1 else np.zeros(num_seeded, int)
     starts = np.concatenate([compact[picks], np.full((num_starts - num_seeded, n), -1)]).astype(np.int32)
-    keys = random.split(random.key(int(rng.integers(2**31))), num_starts)
     dtype = jnp.result_type(float)
     table = -(-k_draws // 4) * 4  # the count table's draw-label axis, rounded up: fewer compiled shapes
-    found, _ = _search(keys, jnp.asarray(starts), jnp.asarray(compact, jnp.int32), jnp.asarray(w, dtype),
-                       loss, max_clusters, table, max_sweeps)
-    found = _compact(np.asarray(found, np.int64))
-    losses = [_expected_loss_host(c, compact, w, loss) for c in found]
-    best = int(np.argmin(losses))
+    while True:
+        keys = random.split(random.key(int(rng.integers(2**31))), num_starts)
+        found, _ = _search(keys, jnp.asarray(starts), jnp.asarray(compact, jnp.int32), jnp.asarray(w, dtype),
+                           loss, max_clusters, table, max_sweeps)
+        found = _compact(np.asarray(found, np.int64))
+        losses = [_expected_loss_host(c, compact, w, loss) for c in found]
+        best = int(np.argmin(losses))
+        if int(found[best].max()) + 1 < max_clusters or max_clusters == n:
+            break
+        if not automatic:
+            warnings.warn(
+                f"point_segmentation: the estimate uses all max_clusters={max_clusters} clusters, so a better one "
+                "may need more; raise `max_clusters` (or leave it to the default, which grows as needed).",
+                RuntimeWarning, stacklevel=2,
+            )
+            break
+        # every slot in use: continue from the solutions found, with twice the room
+        max_clusters, starts = min(n, 2 * max_clusters), found.astype(np.int32)
     labels = np.full(labelled.shape, -1, np.int64)
     labels[labelled] = found[best]
     return PointSegmentation(labels.reshape(layout), losses[best], int(found[best].max()) + 1)

@@ -147,12 +147,12 @@ def test_several_sequences_and_padding():
 def test_point_segmentation_is_a_local_minimum():
     """No single step moved to another cluster (or to a new one) lowers the expected loss."""
     rng = np.random.default_rng(4)
-    n = 24
+    n = 40
     blocks = np.repeat(np.arange(4), n // 4)
-    draws = np.stack([np.where(rng.random(n) < 0.3, rng.integers(0, 5, n), rng.permutation(4)[blocks])
+    draws = np.stack([np.where(rng.random(n) < 0.5, rng.integers(0, 6, n), rng.permutation(4)[blocks])
                       for _ in range(30)])
     for loss in ("vi", "binder"):
-        res = nh.point_segmentation(draws, loss, num_starts=2)
+        res = nh.point_segmentation(draws, loss, num_starts=1)  # one start: its sweeps must converge
         for t in range(n):
             for k in range(res.num_clusters + 1):
                 moved = res.labels.copy()
@@ -174,6 +174,11 @@ def test_point_segmentation_validation():
         nh.point_segmentation(np.array([0, 1, 1]))
     with pytest.raises(ValueError, match="labels"):
         expected_partition_loss(np.zeros(4, int), draws)
+    # unrelated draws: Binder's estimate is all singletons, more clusters than a given cap
+    noise = np.random.default_rng(9).integers(0, 3, (60, 8))  # P(together) about 1/3 < 1/2 for every pair
+    with pytest.warns(RuntimeWarning, match="max_clusters"):
+        nh.point_segmentation(noise, "binder", max_clusters=3)
+    assert nh.point_segmentation(noise, "binder").num_clusters == 8  # the default grows as needed
 
 
 # --------------------------------------------------------------------------- relabel

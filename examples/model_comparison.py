@@ -25,11 +25,35 @@ different state structures on the same footing.
 Hamming distance and scikit-learn's adjusted Rand index (if installed), the posterior relabelled
 (``nh.relabel_samples``) and a figure of one sequence (``model_comparison_segmentation.png``).
 
+Results with the defaults (2 chains x 250 sweeps per model, seed 0; 46-83 s per model on 2
+shared CPU cores, compilation included)::
+
+            rank  elpd_loo   p_loo  elpd_diff  weight     se    dse  warning scale
+    sticky     0    7619.4  4635.7        0.0     0.5  229.0    0.0     True   log
+    hdp        1    7084.4  5233.4      535.0     0.2  218.2  103.8     True   log
+    finite     2    6694.7  4140.8      924.6     0.3  229.5  127.4     True   log
+
+    sticky model, segmentation against the 12 annotated exercises:
+      last draw:                       18 states, Hamming 0.508, ARI 0.338
+      Viterbi path of the best of 20 draws: 18 states, Hamming 0.395, ARI 0.397
+      point estimate (VI, 200 draws):  18 clusters, Hamming 0.391, ARI 0.406, expected VI 1.060 (4.6 s)
+
+The sticky model predicts the next frame best, by 535 (dse 104) over the non-sticky one and 925
+(dse 127) over the finite 12-state HMM.  The ``warning`` column is honest: with 200 draws of
+some 4000 parameters per model, PSIS flags most frames (Pareto k > 0.7) and ``p_loo`` exceeds
+the number of frames, so the elpd values are rough; the differences are many standard errors
+apart.  Run more draws for a reliable elpd.  The point estimate summarizes all 200 sampled
+segmentations and agrees with the annotation better than a single draw does.  The R-hat columns
+printed last compare chains before and after relabelling to the point estimate: relabelling
+removes the label switching between chains (e.g. 1.38 -> 1.02), not the differences between
+chains that found different segmentations (slow mixing, see ``examples/mocap.py``).
+
 Run:  python examples/model_comparison.py   (about 3-5 minutes on 2 CPU cores with the defaults)
 """
 
 import argparse
 import time
+import warnings
 
 import arviz as az
 import jax
@@ -95,8 +119,15 @@ def main(num_warmup=150, num_samples=100, num_chains=2, max_states=20, seed=0, s
     truth = valid_frames(np.asarray(data.states), lengths)
     emission = emission_prior(y, lengths)
 
-    runs = {kind: fit(kind, emission, y, lengths, 12 if kind == "finite" else max_states, num_warmup, num_samples,
-                      num_chains, seed) for kind in ("sticky", "hdp", "finite")}
+    runs = {}
+    for kind in ("sticky", "hdp", "finite"):
+        with warnings.catch_warnings():
+            # a finite HMM uses all its K states by design: the weak-limit "every slot occupied"
+            # warning is about the nonparametric models only
+            if kind == "finite":
+                warnings.filterwarnings("ignore", message=".*state slots were occupied")
+            runs[kind] = fit(kind, emission, y, lengths, 12 if kind == "finite" else max_states, num_warmup,
+                             num_samples, num_chains, seed)
 
     # ---- model comparison with the states summed out (one term per observed frame)
     idata = {kind: nh.to_inference_data(mcmc, log_likelihood="marginal") for kind, mcmc in runs.items()}
@@ -137,14 +168,16 @@ def main(num_warmup=150, num_samples=100, num_chains=2, max_states=20, seed=0, s
 
     n, length = sequence, lengths[sequence]
     fig, axes = plt.subplots(4, 1, sharex=True, figsize=(10, 4.5), gridspec_kw={"height_ratios": [5, 1, 1, 1]})
-    best_path, _ = nh.diagnostics.relabel(np.asarray(paths.states[best])[n, :length], data.states[n, :length])
-    point, _ = nh.diagnostics.relabel(estimate.labels[n, :length], data.states[n, :length])
-    nh.diagnostics.plot_segmentation(y[n, :length], point, ax=axes[0], match_colors=False,
-                                     title=f"mocap sequence {n}: point estimate (VI) behind the data")
-    axes[0].set_xlabel("")
-    for ax, labels, text in ((axes[1], point, "estimate"), (axes[2], best_path, "Viterbi"),
-                             (axes[3], data.states[n, :length], "true")):
-        ax.imshow(labels[None], aspect="auto", interpolation="nearest", cmap="tab20", vmin=0, vmax=19)
+    true_n = data.states[n, :length]
+    best_path, _ = nh.diagnostics.relabel(np.asarray(paths.states[best])[n, :length], true_n)  # colours as the
+    point, _ = nh.diagnostics.relabel(estimate.labels[n, :length], true_n)  # matched exercises
+    axes[0].plot(np.arange(length), y[n, :length], color="k", lw=0.7)
+    axes[0].set_title(f"mocap sequence {n}: sticky HDP-AR-HMM")
+    axes[0].set_ylabel("standardized angle")
+    for ax, labels, text in ((axes[1], point, "estimate (VI)"), (axes[2], best_path, "Viterbi"),
+                             (axes[3], true_n, "annotation")):
+        ax.imshow(np.mod(labels, 20)[None], aspect="auto", interpolation="nearest", cmap="tab20", vmin=0, vmax=19,
+                  extent=(-0.5, length - 0.5, 0, 1))
         ax.set_yticks([])
         ax.set_ylabel(text, rotation=0, ha="right", va="center")
     axes[3].set_xlabel("frame (10 per second)")

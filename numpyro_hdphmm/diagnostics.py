@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
@@ -447,7 +446,7 @@ def predictive_log_likelihood(samples, emission, y_heldout, name: str = "y", len
         name: the name given to :func:`numpyro_hdphmm.sample`.
         lengths: optional ``(N,)`` int sequence lengths.
         renormalize: see above.
-        batch_size: draws processed together (``jax.lax.map``); default all at once.
+        batch_size: draws processed together (``jax.lax.map``); default one at a time.
 
     Returns:
         :class:`PredictiveLogLikelihood`.  ``perplexity = exp(-log_likelihood / n)`` with ``n``

@@ -59,7 +59,7 @@ The module also holds the pieces that read an HDP-HMM out of posterior draws, sh
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -324,8 +324,9 @@ def _marginal_kind(li, la, ll, valid, lengths):
 _KINDS = {"viterbi": _viterbi_kind, "smooth": _smooth_kind, "marginal": _marginal_kind}
 
 
-def _draw_hmm(emission, y, lengths):
-    """``(li, la, params, fam) -> (ll (N, T, K), valid (N, T))`` of one draw."""
+def _draw_inputs(y, lengths):
+    """``inputs(params, family) -> (ll (N, T, K), valid (N, T))``: one draw's emission
+    log-likelihoods of the sequences ``y (N, T, *event)`` and their observed steps."""
     T = y.shape[1]
 
     def inputs(pr, fam):
@@ -341,7 +342,7 @@ def _draw_hmm(emission, y, lengths):
 def _map_draws(kind, trans, params, emission, y, lengths, renormalize, emission_batched, batch_size):
     """``kind`` (viterbi / smooth / marginal) at every draw, ``lax.map`` over draws."""
     log_init, log_trans = log_hmm_parameters(trans, renormalize)
-    inputs = _draw_hmm(emission, y, lengths)
+    inputs = _draw_inputs(y, lengths)
 
     def one(args):
         li, la, pr, fam = args
@@ -356,7 +357,7 @@ def _map_draws(kind, trans, params, emission, y, lengths, renormalize, emission_
 def _mean_marginals(trans, params, emission, y, lengths, renormalize, emission_batched):
     """``(1/S) sum_s p(z_t = k | y, theta^(s))`` by a scan over draws (memory of one draw)."""
     log_init, log_trans = log_hmm_parameters(trans, renormalize)
-    inputs = _draw_hmm(emission, y, lengths)
+    inputs = _draw_inputs(y, lengths)
     num_draws, k = log_init.shape
 
     def step(total, args):

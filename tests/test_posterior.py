@@ -5,7 +5,6 @@ the model (traced, also with per-draw user sites), and their validation."""
 
 import itertools
 
-import jax
 import numpy as np
 import numpyro
 import numpyro.distributions as dist

@@ -40,7 +40,7 @@ shared CPU cores, compilation included)::
 
 The sticky model predicts the next frame best, by 535 (dse 104) over the non-sticky one and 925
 (dse 127) over the finite 12-state HMM.  The ``warning`` column is honest: with 200 draws of
-some 4000 parameters per model, PSIS flags most frames (Pareto k > 0.7) and ``p_loo`` exceeds
+thousands of parameters per model, PSIS flags most frames (Pareto k > 0.7) and ``p_loo`` exceeds
 the number of frames, so the elpd values are rough; the differences are many standard errors
 apart.  Run more draws for a reliable elpd.  The point estimate summarizes all 200 sampled
 segmentations and agrees with the annotation better than a single draw does.  The R-hat columns

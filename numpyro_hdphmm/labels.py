@@ -43,7 +43,8 @@ Q_t||^2`` (step 1 is its minimizer in ``Q``, step 2 in the permutations), so it 
 finitely many sweeps.  Stephens minimizes a Kullback-Leibler cost instead; with one-hot
 classification probabilities the two differ only in scoring a disagreement by
 ``-log Q[t, k]`` rather than ``1 - Q[t, k]``; the quadratic cost does not blow up where a label
-has frequency 0.  Cost: ``O(S T K + S K^3)`` per sweep (host NumPy/SciPy).
+has frequency 0.  Cost: ``O(S T K + S K^3)`` per sweep (host NumPy/SciPy; 1.3 s in all for
+``S = 1000`` draws of ``T = 2058`` steps with 20 states).
 
 **Point estimate.**  For partitions ``c`` and ``c'`` of the ``n`` labelled steps with cluster
 sizes ``n_k``, ``n'_j`` and contingency counts ``n_kj``, both losses have the form
@@ -73,7 +74,9 @@ exact).  The search works on the counts (memory ``O(S K_max K_draws)``, never ``
 3. the start with the lowest expected loss (recomputed exactly in float64) wins.
 
 Cost: ``O(num_starts * sweeps * n * S * K_max)`` (jitted, ``lax.fori_loop`` over the steps of a
-sweep); about 0.1-1 s for ``n = 2000``, ``S = 1000``, ``K_max = 40`` per start on one CPU core.
+sweep; the starts one after another, ``lax.map``).  Measured on 2 shared CPU cores, ``n = 2058``
+steps, 20 states, the default 8 starts: 2.4 s (VI) / 1.7 s (Binder) for ``S = 200`` draws, 8.3 s /
+4.0 s for ``S = 1000``, plus 1-3 s of compilation on the first call of a shape.
 A greedy search finds a local minimum; with several starts it finds the exact minimizer on
 every enumerable case in the tests.
 """

@@ -119,9 +119,9 @@ def _set_group(data, group, dataset):
         import xarray as xr
 
         data[group] = xr.DataTree(dataset)
+    elif group in data.groups():
+        setattr(data, group, dataset)  # keeps the group's place
     else:
-        if group in data.groups():
-            del data[group]
         data.add_groups({group: dataset})
 
 
@@ -225,7 +225,10 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood=True, relabel=False,
     name = _hdp_name(samples, name)
     if name is None:
         if log_likelihood == "marginal" or relabel is not False:
-            raise ValueError("the samples hold no HDP-HMM (no '{name}_trans' and '{name}_beta' sites).")
+            raise ValueError(
+                "`log_likelihood='marginal'` and `relabel` need an HDP-HMM declared with numpyro_hdphmm.sample; the "
+                f"samples hold none (no '<name>_trans' with '<name>_beta' among {sorted(samples)})."
+            )
         return from_numpyro(mcmc, log_likelihood=conditional, **kwargs)
 
     model, model_args, model_kwargs = mcmc.sampler.model, tuple(mcmc._args), dict(mcmc._kwargs)

@@ -3,17 +3,22 @@ r"""Label-invariant summaries of sampled state sequences, held-out likelihood an
 HDP-HMM posteriors are invariant to permutations of the state labels (label switching), so
 draws are compared to a reference or to one another only through label-invariant quantities:
 
-==============================  ============================================================
-function                        what it computes
-==============================  ============================================================
-:func:`relabel`                 optimal (Hungarian) matching of estimated labels to reference
-:func:`hamming_distance`        normalized Hamming distance after optimal relabelling
-:func:`mutual_information`      mutual information (nats) / NMI between two labellings
-:func:`coassignment_matrix`     ``P(z_s = z_t)`` over draws, ``(T, T)``
-:func:`num_states`              number of distinct states in each draw
-:func:`predictive_log_likelihood`  ``log (1/S) sum_s p(y_heldout | pi^(s), theta^(s))``
-:func:`plot_segmentation`       observations coloured by (inferred and true) state
-==============================  ============================================================
+===================================  ===============================================================
+function                             what it computes
+===================================  ===============================================================
+:func:`relabel`                      optimal (Hungarian) matching of estimated labels to a reference
+:func:`hamming_distance`             normalized Hamming distance after optimal relabelling
+:func:`mutual_information`           mutual information (nats) / NMI between two labellings
+:func:`adjusted_rand_index`          ARI (scikit-learn, the optional ``[metrics]`` extra)
+:func:`adjusted_mutual_information`  AMI (scikit-learn, the optional ``[metrics]`` extra)
+:func:`coassignment_matrix`          ``P(z_s = z_t)`` over draws, ``(T, T)``
+:func:`num_states`                   number of distinct states in each draw
+:func:`predictive_log_likelihood`    ``log (1/S) sum_s p(y_heldout | pi^(s), theta^(s))``
+:func:`plot_segmentation`            observations coloured by (inferred and true) state
+===================================  ===============================================================
+
+Label switching of whole posterior draws (every state-indexed site permuted consistently) and
+the Bayes point estimate of the segmentation are in :mod:`numpyro_hdphmm.labels`.
 
 Conventions: a labelling is an integer array ``(..., T)`` (leading axes are draws or other
 batch axes); negative entries (``-1``, the padding of :func:`numpyro_hdphmm.datasets.load_mocap6`)
@@ -26,19 +31,21 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 from scipy.special import xlogy
 
-from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
+from numpyro_hdphmm.emissions.base import EmissionFamily
+from numpyro_hdphmm.posterior import as_sequences, marginal_log_likelihood
 
 __all__ = [
     "relabel",
     "hamming_distance",
     "mutual_information",
+    "adjusted_rand_index",
+    "adjusted_mutual_information",
     "coassignment_matrix",
     "num_states",
     "PredictiveLogLikelihood",
@@ -48,7 +55,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _labels(name: str, value, min_ndim: int = 1) -> np.ndarray:
+def as_labels(name: str, value, min_ndim: int = 1) -> np.ndarray:
     """Concrete integer labels as an int64 array (``ValueError`` naming ``name`` otherwise)."""
     arr = np.asarray(value)
     if arr.ndim < min_ndim:
@@ -90,7 +97,22 @@ def _contingency(a2: np.ndarray, b2: np.ndarray, La: int, Lb: int) -> np.ndarray
 
 
 # ---------------------------------------------------------------------------------- relabel
-def relabel(states, reference, num_states: Optional[int] = None):
+def _soft_overlap(s2: np.ndarray, w: np.ndarray, L: int) -> np.ndarray:
+    """``(B, L, R)`` expected overlaps ``sum_{t: s_t = i} w[t, j]`` of labels ``s2 (B, T)`` with the
+    per-step weights ``w`` (``(T, R)`` shared by every row, or ``(B, T, R)``), skipping negative
+    labels: one ``bincount`` per reference label ``j`` (no ``(B, T, L)`` one-hot array)."""
+    B, T = s2.shape
+    R = w.shape[-1]
+    valid = s2 >= 0
+    flat = (np.arange(B)[:, None] * L + s2)[valid]
+    out = np.empty((B * L, R))
+    for j in range(R):
+        col = np.broadcast_to(w[..., j], (B, T))[valid]
+        out[:, j] = np.bincount(flat, weights=col, minlength=B * L)
+    return out.reshape(B, L, R)
+
+
+def relabel(states, reference, num_states: Optional[int] = None, *, permutation: bool = False, soft: bool = False):
     r"""Relabel estimated state sequences to best agree with a reference labelling.
 
     For every draw separately, the overlap (confusion) matrix ``C[i, j] = #{t : z_t = i,
@@ -103,42 +125,80 @@ def relabel(states, reference, num_states: Optional[int] = None):
     occupancy (ties: smaller original label first), so the result is still a relabelling (an
     injective map) of the estimate.
 
+    A SOFT reference (``soft=True``) ``w (..., T, R)`` (e.g. per-step probabilities of ``R`` reference labels,
+    such as posterior state marginals) gives the expected overlap ``C[i, j] = sum_{t: z_t = i}
+    w[t, j]``: the matching then minimizes the expected Hamming distance to a labelling drawn
+    step by step from ``w``.
+
+    With ``permutation=True`` the mapping is a permutation of ``{0, ..., L-1}`` (what
+    relabelling state-indexed parameters needs, see :func:`numpyro_hdphmm.relabel_samples`): the
+    reference labels must be ``< L``, every Hungarian match is kept (zero-overlap ones too), and
+    the labels left over take the unused labels ``R, ..., L-1`` in order of decreasing occupancy.
+
     Args:
         states: ``(..., T)`` integer estimated labels in ``{0, ..., num_states-1}``; negative
             entries are ignored (and returned unchanged).
-        reference: ``(..., T)`` integer reference labels (e.g. ``(T,)`` ground truth),
-            broadcast against ``states``; negative entries are ignored.
+        reference: ``(..., T)`` integer reference labels (e.g. ``(T,)`` ground truth), broadcast
+            against ``states``; negative entries are ignored.  With ``soft=True``: non-negative
+            weights ``(..., T, R)`` (above) whose leading axes broadcast against ``states``.
         num_states: number of estimated labels ``L`` (the length of the mapping); default
             ``max(states) + 1``.
+        permutation: return a permutation of ``{0, ..., L-1}`` (above).
+        soft: ``reference`` holds per-step weights of the reference labels (above).
 
     Returns:
         ``(relabelled, mapping)``: ``relabelled`` has the broadcast shape ``(..., T)`` with
         ``relabelled = mapping[states]`` at non-negative entries; ``mapping (..., L)`` gives
         the new label of every estimated label.
     """
-    states = _labels("states", states)
-    reference = _labels("reference", reference)
-    s2, r2, batch = _pair("states", states, "reference", reference)
+    states = as_labels("states", states)
+    if soft:
+        weights = np.asarray(reference, dtype=float)
+        if weights.ndim < 2 or not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            raise ValueError(
+                f"`reference` as weights must be a finite non-negative array (..., T, R), got shape {weights.shape}."
+            )
+        s2, _, batch = _pair("states", states, "reference", np.zeros(weights.shape[:-1], np.int64))
+        R = weights.shape[-1]
+        if int(np.prod(weights.shape[:-2])) == 1:  # one reference shared by every draw
+            w = weights.reshape(weights.shape[-2:])
+        else:
+            w = np.broadcast_to(weights, batch + weights.shape[-2:]).reshape((-1,) + weights.shape[-2:])
+    else:
+        reference = as_labels("reference", reference)
+        s2, r2, batch = _pair("states", states, "reference", reference)
+        R = max(int(r2.max()) + 1 if r2.size else 0, 0)
     L = (int(s2.max()) + 1 if s2.size else 1) if num_states is None else int(num_states)
     if num_states is not None and (isinstance(num_states, bool) or L < 1 or L != num_states):
         raise ValueError(f"`num_states` must be a positive integer, got {num_states!r}.")
     if s2.size and s2.max() >= L:
         raise ValueError(f"`states` must be < num_states = {L}, got maximum {s2.max()}.")
     L = max(L, 1)
-    R = max(int(r2.max()) + 1 if r2.size else 0, 0)
-    overlap = _contingency(s2, r2, L, max(R, 1))
+    if permutation and R > L:
+        raise ValueError(
+            f"`reference` has {R} labels but a permutation of the {L} estimated labels (`num_states`) can "
+            f"take only labels < {L}; pass a reference with labels < {L} or a larger `num_states`."
+        )
+    if soft:
+        overlap = _soft_overlap(s2, w, L)
+    else:
+        overlap = _contingency(s2, r2, L, max(R, 1)).astype(float)
     occupancy = _contingency(s2, np.zeros_like(s2), L, 1)[..., 0]
     mapping = np.empty((s2.shape[0], L), dtype=np.int64)
     for d in range(s2.shape[0]):
         matched = np.zeros(L, bool)
         if R > 0:
-            rows, cols = linear_sum_assignment(overlap[d], maximize=True)
-            keep = overlap[d, rows, cols] > 0
+            rows, cols = linear_sum_assignment(overlap[d, :, :R], maximize=True)
+            keep = np.ones(rows.size, bool) if permutation else overlap[d, rows, cols] > 0
             mapping[d, rows[keep]] = cols[keep]
             matched[rows[keep]] = True
         rest = np.flatnonzero(~matched)
         rest = rest[np.lexsort((rest, -occupancy[d, rest]))]
-        mapping[d, rest] = R + np.arange(rest.size)
+        if permutation:
+            free = np.setdiff1d(np.arange(L), mapping[d, matched])
+            mapping[d, rest] = free[: rest.size]
+        else:
+            mapping[d, rest] = R + np.arange(rest.size)
     relabelled = np.where(s2 >= 0, np.take_along_axis(mapping, np.maximum(s2, 0), axis=1), s2)
     T = s2.shape[-1]
     return relabelled.reshape(batch + (T,)), mapping.reshape(batch + (L,))
@@ -164,7 +224,7 @@ def hamming_distance(states, reference, normalize: bool = True):
         ``(...)`` float64 distances in ``[0, 1]`` (``normalize``) or int64 counts.
     """
     relabelled, _ = relabel(states, reference)
-    ref = np.broadcast_to(_labels("reference", reference), relabelled.shape)
+    ref = np.broadcast_to(as_labels("reference", reference), relabelled.shape)
     valid = (relabelled >= 0) & (ref >= 0)
     wrong = np.sum((relabelled != ref) & valid, axis=-1)
     if not normalize:
@@ -196,8 +256,8 @@ def mutual_information(a, b, normalized: bool = False):
     Returns:
         ``(...)`` float64 (NaN where no step is labelled on both sides).
     """
-    a = _labels("a", a)
-    b = _labels("b", b)
+    a = as_labels("a", a)
+    b = as_labels("b", b)
     a2, b2, batch = _pair("a", a, "b", b)
     La = max(int(a2.max()) + 1 if a2.size else 1, 1)
     Lb = max(int(b2.max()) + 1 if b2.size else 1, 1)
@@ -219,6 +279,71 @@ def mutual_information(a, b, normalized: bool = False):
     return mi.reshape(batch)
 
 
+# ------------------------------------------------------- scikit-learn partition agreement
+def _sklearn_metrics():
+    try:
+        from sklearn import metrics
+    except ImportError:
+        raise ImportError(
+            "adjusted_rand_index / adjusted_mutual_information use scikit-learn: "
+            "pip install 'numpyro-hdphmm[metrics]' (or scikit-learn)."
+        ) from None
+    return metrics
+
+
+def _per_pair(score, a_name, a, b_name, b):
+    """Apply ``score(labels_true, labels_pred)`` to every broadcast pair of rows, over the steps
+    where both labels are non-negative (NaN where there is none)."""
+    a2, b2, batch = _pair(a_name, as_labels(a_name, a), b_name, as_labels(b_name, b))
+    out = np.full(a2.shape[0], np.nan)
+    for i in range(a2.shape[0]):
+        valid = (a2[i] >= 0) & (b2[i] >= 0)
+        if np.any(valid):
+            out[i] = score(a2[i, valid], b2[i, valid])
+    return out.reshape(batch)
+
+
+def adjusted_rand_index(a, b):
+    r"""Adjusted Rand index (Hubert & Arabie 1985) between two labellings of the same steps.
+
+    ``ARI = (RI - E[RI]) / (max RI - E[RI])`` under the permutation (hypergeometric) model: 1 for
+    identical partitions, about 0 for independent ones; invariant to relabelling either side.
+    Computed by scikit-learn's ``adjusted_rand_score`` (an optional dependency:
+    ``pip install 'numpyro-hdphmm[metrics]'``) over the steps where both labels are
+    non-negative.
+
+    Args:
+        a, b: ``(..., T)`` integer labellings, broadcast against each other (negative = skip).
+
+    Returns:
+        ``(...)`` float64 (NaN where no step is labelled on both sides).
+    """
+    return _per_pair(_sklearn_metrics().adjusted_rand_score, "a", a, "b", b)
+
+
+def adjusted_mutual_information(a, b, average_method: str = "arithmetic"):
+    r"""Adjusted mutual information (Vinh, Epps & Bailey 2010) between two labellings.
+
+    ``AMI = (MI - E[MI]) / (mean(H(a), H(b)) - E[MI])`` with the expectation under the
+    permutation model (:func:`mutual_information` gives the unadjusted MI/NMI, which grows with
+    the number of labels even for unrelated partitions); ``average_method`` is scikit-learn's
+    (``"arithmetic"``, ``"geometric"``, ``"min"``, ``"max"``).  Computed by scikit-learn's
+    ``adjusted_mutual_info_score`` (optional dependency: ``pip install
+    'numpyro-hdphmm[metrics]'``) over the steps where both labels are non-negative.
+
+    Args:
+        a, b: ``(..., T)`` integer labellings, broadcast against each other (negative = skip).
+        average_method: the normalizer's mean.
+
+    Returns:
+        ``(...)`` float64 (NaN where no step is labelled on both sides).
+    """
+    metrics = _sklearn_metrics()
+    return _per_pair(
+        lambda x, y: metrics.adjusted_mutual_info_score(x, y, average_method=average_method), "a", a, "b", b
+    )
+
+
 # --------------------------------------------------------------------------- co-assignment
 def coassignment_matrix(draws, chunk_elements: int = 2**24):
     r"""Posterior co-assignment (similarity) matrix ``P[s, t] = (1/S) sum_d [z^(d)_s = z^(d)_t]``.
@@ -237,7 +362,7 @@ def coassignment_matrix(draws, chunk_elements: int = 2**24):
     Returns:
         ``(T, T)`` float64, symmetric, diagonal 1 at labelled steps.
     """
-    draws = _labels("draws", draws)
+    draws = as_labels("draws", draws)
     if draws.ndim == 1:
         draws = draws[None]
     if draws.ndim != 2:
@@ -257,7 +382,7 @@ def coassignment_matrix(draws, chunk_elements: int = 2**24):
 
 def num_states(draws):
     r"""Number of distinct (non-negative) labels in each draw: ``(..., T) -> (...)`` int64."""
-    draws = _labels("draws", draws)
+    draws = as_labels("draws", draws)
     if draws.shape[-1] == 0:
         return np.zeros(draws.shape[:-1], np.int64)
     s = np.sort(np.where(draws >= 0, draws, -1), axis=-1)
@@ -289,7 +414,7 @@ def predictive_log_likelihood(samples, emission, y_heldout, name: str = "y", len
     r"""Held-out predictive log-likelihood from posterior draws of an HDP-HMM.
 
     For every draw ``s`` the states are summed out by the forward algorithm (Rabiner 1989
-    eq. 103, :func:`numpyro_hdphmm._core.hmm.hmm_marginal_loglik`):
+    eq. 103, through :func:`numpyro_hdphmm.marginal_log_likelihood`):
 
     ``l_s = log p(y_heldout | pi^(s), theta^(s)) = log sum_z pi0(z_1) f(y_1 | theta_{z_1})
     prod_t pi_{z_{t-1} z_t} f(y_t | theta_{z_t})``
@@ -321,70 +446,23 @@ def predictive_log_likelihood(samples, emission, y_heldout, name: str = "y", len
         name: the name given to :func:`numpyro_hdphmm.sample`.
         lengths: optional ``(N,)`` int sequence lengths.
         renormalize: see above.
-        batch_size: draws processed together (``jax.lax.map``); default all at once.
+        batch_size: draws processed together (``jax.lax.map``); default one at a time.
 
     Returns:
         :class:`PredictiveLogLikelihood`.  ``perplexity = exp(-log_likelihood / n)`` with ``n``
         the number of observed held-out steps (the per-word perplexity of RCD eq. 38-39 for
         categorical data).
     """
-    for key in [f"{name}_trans"] + [f"{name}_{p}" for p in emission.param_names]:
-        if key not in samples:
-            raise ValueError(f"`samples` has no site '{key}' (got keys {sorted(samples)}); check `name`.")
-    trans = jnp.asarray(samples[f"{name}_trans"])
-    if trans.ndim < 3 or trans.shape[-1] != trans.shape[-2] or trans.shape[-1] < 2:
-        raise ValueError(f"`samples['{name}_trans']` must have shape (*S, K+1, K+1), got {trans.shape}.")
-    lead = trans.shape[:-2]
-    S = int(np.prod(lead))
-    K = trans.shape[-1] - 1
-    trans = trans.reshape((S, K + 1, K + 1))
-    params = {}
-    for p in emission.param_names:
-        v = jnp.asarray(samples[f"{name}_{p}"])
-        if v.shape[: len(lead)] != lead or v.ndim <= len(lead) or v.shape[len(lead)] != K:
-            raise ValueError(
-                f"`samples['{name}_{p}']` must have shape {lead + (K,)} + parameter shape, got {v.shape}."
-            )
-        params[p] = v.reshape((S,) + v.shape[len(lead):])
-
-    y = jnp.asarray(y_heldout)
-    event_ndim = len(emission.event_shape)
-    if y.ndim == event_ndim + 1:
-        if lengths is not None:
-            raise ValueError("`lengths` is only meaningful for several sequences: `y_heldout` of shape (N, T, *event).")
-        y = y[None]
-    elif y.ndim != event_ndim + 2:
-        raise ValueError(
-            f"`y_heldout` must have shape (T, *event) or (N, T, *event) with event shape "
-            f"{tuple(emission.event_shape)}, got {y.shape}."
-        )
-    emission.check_observations(y, "y_heldout")
-    N, T = y.shape[:2]
-    x, valid = jax.vmap(emission.prepare)(y)
-    if lengths is None:
-        lengths = jnp.full((N,), T, jnp.int32)
-    else:
-        ln = np.asarray(lengths)
-        if ln.shape != (N,) or not np.issubdtype(ln.dtype, np.integer) or np.any(ln < 1) or np.any(ln > T):
-            raise ValueError(f"`lengths` must be {N} integers in [1, T={T}], got {ln}.")
-        lengths = jnp.asarray(ln, jnp.int32)
-    valid = valid & (jnp.arange(T)[None, :] < lengths[:, None])
-    num_observed = int(np.sum(np.asarray(valid)))
-
-    log_init = jnp.log(trans[:, K, :K])
-    log_trans = jnp.log(trans[:, :K, :K])
-    if renormalize:
-        log_init = log_init - logsumexp(log_init, axis=-1, keepdims=True)
-        log_trans = log_trans - logsumexp(log_trans, axis=-1, keepdims=True)
-
-    def one_draw(args):
-        li, la, pr = args
-        ll = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(x, pr)  # (N, T, K)
-        return hmm_marginal_loglik(li, la, ll, mask=valid, length=lengths)  # (N,)
-
-    per_sequence = jax.lax.map(one_draw, (log_init, log_trans, params), batch_size=batch_size)
+    if not isinstance(emission, EmissionFamily):
+        raise ValueError(f"`emission` must be an EmissionFamily, got {type(emission).__name__}.")
+    as_sequences(emission, y_heldout, lengths, "y_heldout")  # errors name `y_heldout`
+    res = marginal_log_likelihood(emission, samples, y_heldout, lengths=lengths, name=name,
+                                  renormalize=renormalize, batch_size=batch_size)
+    num_draws = int(np.prod(np.shape(samples[f"{name}_trans"])[:-2]))
+    per_sequence = jnp.reshape(res.total, (num_draws, -1))
+    num_observed = int(np.sum(np.asarray(res.observed)))
     per_draw = jnp.sum(per_sequence, axis=-1)
-    total = logsumexp(per_draw) - math.log(S)
+    total = logsumexp(per_draw) - math.log(num_draws)
     perplexity = jnp.exp(-total / max(num_observed, 1))
     return PredictiveLogLikelihood(
         np.asarray(total), np.asarray(per_draw), np.asarray(per_sequence), num_observed, np.asarray(perplexity)
@@ -436,11 +514,11 @@ def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str
     if obs.ndim != 2:
         raise ValueError(f"`observations` must have shape (T,) or (T, D), got {np.shape(observations)}.")
     T = obs.shape[0]
-    states = _labels("states", states)
+    states = as_labels("states", states)
     if states.shape != (T,):
         raise ValueError(f"`states` must have shape ({T},), got {states.shape}.")
     if true_states is not None:
-        true_states = _labels("true_states", true_states)
+        true_states = as_labels("true_states", true_states)
         if true_states.shape != (T,):
             raise ValueError(f"`true_states` must have shape ({T},), got {true_states.shape}.")
         if match_colors and np.any(states >= 0):

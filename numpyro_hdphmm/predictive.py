@@ -48,13 +48,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from numpyro import handlers
 
 from numpyro_hdphmm._core.validation import check_static_int, is_concrete
-from numpyro_hdphmm.distributions import EmissionLikelihood
 from numpyro_hdphmm.emissions import _mniw
 from numpyro_hdphmm.emissions.autoregressive import AutoRegressive
 from numpyro_hdphmm.emissions.base import EmissionFamily
+from numpyro_hdphmm.posterior import flatten_draws, hmm_draws
 
 __all__ = ["forecast"]
 
@@ -129,34 +128,6 @@ _forecast_jit = jax.jit(_forecast_core, static_argnames=("steps", "emission_batc
 
 
 # --------------------------------------------------------------------------- input handling
-def _from_model(model, samples, name, model_args, model_kwargs):
-    """Trace ``model`` at every draw (the emission family, whose hyperparameters may depend on
-    sampled sites) and at the first draw (the observations and lengths), in one jitted call."""
-
-    def site_at(draw):
-        tr = handlers.trace(handlers.seed(handlers.substitute(model, data=draw), rng_seed=0)).get_trace(
-            *model_args, **model_kwargs
-        )
-        site = tr.get(name)
-        if site is None or site["type"] != "sample" or not isinstance(site["fn"], EmissionLikelihood):
-            raise ValueError(
-                f"`emission`: the model has no HDP-HMM observation site {name!r} declared with "
-                f"numpyro_hdphmm.sample({name!r}, ...); pass `name=` or an EmissionFamily."
-            )
-        return site
-
-    observed = []
-
-    def traced(samples):
-        families = jax.vmap(lambda d: site_at(d)["fn"].emission)(samples)
-        site = site_at(jax.tree_util.tree_map(lambda v: v[0], samples))
-        observed.append(site["is_observed"])  # static: recorded while tracing
-        return families, site["value"], site["fn"].lengths
-
-    families, value, lengths = jax.jit(traced)(samples)
-    return families, (value if observed[0] else None), lengths
-
-
 def _history(observations, lengths, order, num_seq, num_steps, event_shape):
     """``(N, p, D)``: ``history[n, j] = y[n, L_n - 1 - j]`` (zeros before the start)."""
     obs = jnp.asarray(observations)
@@ -228,62 +199,28 @@ def forecast(
     steps = check_static_int("steps", steps)
     if batch_ndims not in (1, 2):
         raise ValueError(f"`batch_ndims` must be 1 or 2, got {batch_ndims!r}.")
-    if not isinstance(posterior_samples, dict):
-        raise ValueError(f"`posterior_samples` must be a dict of arrays, got {type(posterior_samples).__name__}.")
-    needed = (f"{name}_trans", f"{name}_states")
-    missing = [s for s in needed if s not in posterior_samples]
-    if missing:
+    flat, lead = flatten_draws(posterior_samples, name, batch_ndims)
+    if f"{name}_states" not in flat:
         raise ValueError(
-            f"`posterior_samples` lacks {missing} (sites of numpyro_hdphmm.sample({name!r}, ...)); "
-            f"found {sorted(posterior_samples)}. Pass `name=` if the HDP-HMM has another name."
+            f"`posterior_samples` lacks '{name}_states' (a site of numpyro_hdphmm.sample({name!r}, ...)); "
+            f"found {sorted(posterior_samples)}."
         )
-    samples = {k: jnp.asarray(v) for k, v in posterior_samples.items()}
-    trans = samples[f"{name}_trans"]
-    lead = trans.shape[:batch_ndims]
-    if trans.ndim != batch_ndims + 2 or trans.shape[-1] != trans.shape[-2]:
-        raise ValueError(
-            f"`posterior_samples[{name + '_trans'!r}]` must have shape {('S',) * batch_ndims + ('K+1', 'K+1')}, "
-            f"got {trans.shape}."
-        )
-    flat = {}
-    for key_, v in samples.items():
-        if v.shape[:batch_ndims] != lead:
-            continue  # not a per-draw site (e.g. a user's deterministic of another shape)
-        flat[key_] = v.reshape((-1,) + v.shape[batch_ndims:])
-    trans = flat[f"{name}_trans"]
-    num_states = trans.shape[-1] - 1
-    states = flat.get(f"{name}_states")
-    if states is None or states.ndim not in (2, 3):
+    states = flat[f"{name}_states"]
+    if states.ndim not in (2, 3):
         raise ValueError(
             f"`posterior_samples[{name + '_states'!r}]` must have shape (S, T) or (S, N, T), got "
-            f"{samples[f'{name}_states'].shape}."
+            f"{jnp.shape(posterior_samples[f'{name}_states'])}."
         )
     batched = states.ndim == 3
     states3 = states if batched else states[:, None, :]
     num_seq, num_steps = states3.shape[1:]
 
-    if isinstance(emission, EmissionFamily):
-        family, emission_batched = emission, False
-    elif callable(emission):
-        family, obs_m, len_m = _from_model(emission, flat, name, tuple(model_args), dict(model_kwargs or {}))
-        leaves = jax.tree_util.tree_leaves(family)
-        emission_batched = not all(is_concrete(v) and bool(jnp.all(v == v[:1])) for v in leaves)
-        if not emission_batched:  # hyperparameters fixed across draws: one family (shares compiled code)
-            family = jax.tree_util.tree_map(lambda v: v[0], family)
-        observations = obs_m if observations is None else observations
-        lengths = len_m if lengths is None else lengths
-    else:
+    if not isinstance(emission, EmissionFamily) and not callable(emission):
         raise ValueError(f"`emission` must be an EmissionFamily or the model, got {type(emission).__name__}.")
-
-    missing = [f"{name}_{p}" for p in family.param_names if f"{name}_{p}" not in flat]
-    if missing:
-        raise ValueError(f"`posterior_samples` lacks the emission parameter sites {missing}.")
-    params = {p: flat[f"{name}_{p}"] for p in family.param_names}
-    for p, v in params.items():
-        if v.ndim < 2 or v.shape[1] != num_states:
-            raise ValueError(
-                f"`posterior_samples[{f'{name}_{p}'!r}]` must have shape (S, K={num_states}, ...), got {v.shape}."
-            )
+    draws = hmm_draws(flat, emission, name, tuple(model_args), model_kwargs)
+    family, emission_batched, trans, params = draws.emission, draws.emission_batched, draws.trans, draws.params
+    observations = draws.observations if observations is None else observations
+    lengths = draws.lengths if lengths is None else lengths
 
     if lengths is None:
         lengths = jnp.full((num_seq,), num_steps, jnp.int32)

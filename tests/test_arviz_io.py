@@ -1,6 +1,8 @@
 """``nh.to_inference_data`` with ArviZ 0.x (InferenceData) and ArviZ 1.x (arviz_base, DataTree),
 and ``Predictive`` / ``nh.forecast`` on the draws of a real ``WeakLimitGibbs`` run (one run,
-shared, because compiling the kernel dominates the time of this module).
+shared, because compiling the kernel dominates the time of this module): two padded sequences
+with a missing value, whose padded and missing steps carry no pointwise log-likelihood term
+(conditional or marginal), state coordinates and relabelled posteriors.
 
 This module must run in an environment with only ``arviz-base`` (CI's second step), so it
 imports neither ArviZ generation at module level.
@@ -16,12 +18,14 @@ import pytest
 from numpyro.infer import MCMC, Predictive
 
 import numpyro_hdphmm as nh
+from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
 from numpyro_hdphmm.emissions import Categorical
 from numpyro_hdphmm.infer import WeakLimitGibbs, weak_limit
 
 C, L, T, CHAINS, DRAWS = 3, 3, 8, 1, 6
-Y = np.array([[0, 0, 1, 1, 2, 2, 0, 0], [2, 2, 1, 1, 0, 0, 0, 0]])
+Y = np.array([[0, 0, 1, np.nan, 2, 2, 0, 0], [2, 2, 1, 1, 0, 0, 0, 0]])  # one missing value
 LENGTHS = np.array([8, 6])
+OBSERVED = ~np.isnan(Y) & (np.arange(T)[None] < LENGTHS[:, None])  # 13 observations
 
 
 def model(y=None, lengths=None, num_steps=None):
@@ -65,17 +69,53 @@ def test_predictive_and_forecast_from_weak_limit_draws(run):
 
 
 # ---------------------------------------------------------------------------- ArviZ
-def _check_groups(posterior, log_likelihood, sample_stats, observed_data, posterior_predictive):
+def _check_log_likelihood(log_likelihood, expected=None):
+    """One term per observed step: 8 + 6 - 1 = 13, with their sequence and time coordinates."""
+    ll = log_likelihood["y"]
+    assert ll.dims == ("chain", "draw", "observation") and ll.shape == (CHAINS, DRAWS, OBSERVED.sum())
+    seq, time = np.nonzero(OBSERVED)
+    np.testing.assert_array_equal(ll["sequence"].values, seq)
+    np.testing.assert_array_equal(ll["time"].values, time)
+    assert np.all(np.isfinite(ll.values)) and np.all(ll.values < 0)
+    if expected is not None:  # (S, N, T) pointwise values
+        np.testing.assert_allclose(ll.values.reshape(-1, seq.size), np.asarray(expected)[:, seq, time], rtol=1e-10)
+
+
+def _check_groups(posterior, log_likelihood, sample_stats, observed_data, posterior_predictive, samples=None):
     assert posterior["y_states"].dims == ("chain", "draw", "sequence", "time")
     assert posterior["y_states"].shape == (CHAINS, DRAWS, 2, T)
     assert {"y_beta", "y_trans", "y_probs", "y_num_states"} <= set(posterior.data_vars)
-    assert log_likelihood["y"].dims == ("chain", "draw", "sequence", "time")
-    ll = log_likelihood["y"].values
-    assert np.all(np.isfinite(ll)) and np.all(ll[:, :, 1, LENGTHS[1]:] == 0.0)  # padding: no term
+    # state coordinates on the state-indexed sites
+    assert posterior["y_probs"].dims[:3] == ("chain", "draw", "state")
+    assert posterior["y_trans"].dims == ("chain", "draw", "from_state", "to_state")
+    assert posterior["y_beta"].dims == ("chain", "draw", "to_state")
+    np.testing.assert_array_equal(posterior["state"].values, np.arange(L))
+    np.testing.assert_array_equal(posterior["to_state"].values, np.arange(L + 1))
+    conditional = None
+    if samples is not None:  # log f(y_t | theta_{z_t}) at the sampled states
+        s_idx = np.arange(CHAINS * DRAWS)[:, None, None]
+        probs = np.asarray(samples["y_probs"])[s_idx, np.asarray(samples["y_states"]), np.nan_to_num(Y).astype(int)[None]]
+        conditional = np.log(probs)
+    _check_log_likelihood(log_likelihood, conditional)
     assert {"lp", "num_states"} <= set(sample_stats.data_vars)
     np.testing.assert_array_equal(sample_stats["num_states"].values, posterior["y_num_states"].values)
     assert observed_data["y"].shape == (2, T)
     assert posterior_predictive["y"].dims == ("chain", "draw", "sequence", "time")
+
+
+def _backend():
+    try:
+        import arviz
+
+        return "arviz" if int(arviz.__version__.split(".")[0]) < 1 else "arviz_base"
+    except ImportError:
+        return "arviz_base"
+
+
+def _groups(data, *names):
+    if hasattr(data, "children"):
+        return [data[g].dataset for g in names]
+    return [getattr(data, g) for g in names]
 
 
 def _arviz0():
@@ -91,7 +131,9 @@ def test_arviz_0x_inference_data(run):
     idata = nh.to_inference_data(mcmc, posterior_predictive=replicates)
     assert isinstance(idata, az.InferenceData)
     _check_groups(idata.posterior, idata.log_likelihood, idata.sample_stats, idata.observed_data,
-                  idata.posterior_predictive)
+                  idata.posterior_predictive, samples)
+    loo = az.loo(idata)  # the padded and missing steps are not observations
+    assert loo.n_data_points == OBSERVED.sum()
     np.testing.assert_array_equal(idata.posterior["y_states"].values.reshape(-1, 2, T), samples["y_states"])
     # keywords reach from_numpyro
     assert not hasattr(nh.to_inference_data(mcmc, log_likelihood=False), "log_likelihood")
@@ -105,9 +147,45 @@ def test_arviz_1x_datatree(run):
     tree = nh.to_inference_data(mcmc, backend="arviz_base", posterior_predictive=replicates)
     assert isinstance(tree, xr.DataTree)
     _check_groups(*(tree[g].dataset for g in ("posterior", "log_likelihood", "sample_stats", "observed_data",
-                                              "posterior_predictive")))
+                                              "posterior_predictive")), samples)
     np.testing.assert_array_equal(tree["posterior"]["y_states"].values.reshape(-1, 2, T), samples["y_states"])
     assert "log_likelihood" not in nh.to_inference_data(mcmc, backend="arviz_base", log_likelihood=False).children
+
+
+def test_marginal_log_likelihood_sums_to_the_marginal_likelihood(run):
+    """log_likelihood="marginal": the states summed out, one term per observed step, summing to
+    log p(y | pi, theta) of each draw (the core forward algorithm on the draw's HMM)."""
+    mcmc, samples, _ = run
+    data = nh.to_inference_data(mcmc, backend=_backend(), log_likelihood="marginal")
+    (ll,) = _groups(data, "log_likelihood")
+    _check_log_likelihood(ll)
+    trans, probs = np.asarray(samples["y_trans"]), np.asarray(samples["y_probs"])
+    x = np.nan_to_num(Y).astype(int)
+    for s in range(CHAINS * DRAWS):
+        with np.errstate(divide="ignore"):  # a weight may be exactly 0
+            le = np.log(probs[s][:, x]).transpose(1, 2, 0)  # (N, T, L)
+            exact = hmm_marginal_loglik(np.log(trans[s, L, :L]), np.log(trans[s, :L, :L]), le, mask=~np.isnan(Y),
+                                        length=LENGTHS)
+        per_seq = [ll["y"].values.reshape(-1, OBSERVED.sum())[s, ll["sequence"].values == n].sum() for n in range(2)]
+        np.testing.assert_allclose(per_seq, exact, rtol=1e-10)
+    with pytest.raises(ValueError, match="log_likelihood"):
+        nh.to_inference_data(mcmc, log_likelihood="joint")
+
+
+def test_relabelled_posterior(run):
+    """relabel=True stores the draws of nh.relabel_samples (Stephens), every state-indexed site."""
+    mcmc, samples, _ = run
+    data = nh.to_inference_data(mcmc, backend=_backend(), log_likelihood=False, relabel=True)
+    (posterior,) = _groups(data, "posterior")
+    grouped = mcmc.get_samples(group_by_chain=True)
+    expected = nh.relabel_samples(grouped, lengths=LENGTHS)
+    for k in ("y_states", "y_trans", "y_beta", "y_probs"):
+        np.testing.assert_array_equal(posterior[k].values, np.asarray(expected[k]), err_msg=k)
+    reference = np.asarray(samples["y_states"][-1])
+    data = nh.to_inference_data(mcmc, backend=_backend(), log_likelihood=False, relabel=reference)
+    (posterior,) = _groups(data, "posterior")
+    np.testing.assert_array_equal(posterior["y_states"].values,
+                                  np.asarray(nh.relabel_samples(grouped, reference, lengths=LENGTHS)["y_states"]))
 
 
 def test_default_backend_without_arviz_0x(run, monkeypatch):
@@ -159,12 +237,7 @@ def test_custom_emission_round_trip():
     mcmc = MCMC(nh.infer.BeamSampler(student_model), num_warmup=5, num_samples=DRAWS, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     samples = mcmc.get_samples()
-    try:
-        import arviz
-
-        backend = "arviz" if int(arviz.__version__.split(".")[0]) < 1 else "arviz_base"
-    except ImportError:
-        backend = "arviz_base"
+    backend = _backend()
     data = nh.to_inference_data(mcmc, backend=backend)
     if backend == "arviz":
         posterior, log_lik = data.posterior, data.log_likelihood

@@ -349,3 +349,41 @@ def test_plot_segmentation():
     plt.close(fig)
     with pytest.raises(ValueError, match="states"):
         G.plot_segmentation(y, z[:10])
+
+
+# ------------------------------------------------------- scikit-learn agreement scores (optional)
+def test_adjusted_scores_are_scikit_learns():
+    metrics = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(12)
+    a = rng.integers(0, 3, (4, 30))
+    b = np.where(rng.random((4, 30)) < 0.7, (a + 1) % 3, rng.integers(0, 4, (4, 30)))
+    b[:, :5] = -1  # unlabelled: skipped
+    ari = G.adjusted_rand_index(a, b)
+    ami = G.adjusted_mutual_information(a, b[0])  # broadcast
+    assert ari.shape == (4,) and ami.shape == (4,)
+    for i in range(4):
+        assert ari[i] == metrics.adjusted_rand_score(a[i, 5:], b[i, 5:])
+        assert ami[i] == metrics.adjusted_mutual_info_score(a[i, 5:], b[0, 5:])
+    perm = np.array([2, 0, 1])
+    np.testing.assert_allclose(G.adjusted_rand_index(a, perm[a]), 1.0)  # label-invariant
+    np.testing.assert_allclose(G.adjusted_mutual_information(a, perm[a], average_method="min"), 1.0)
+    assert np.isnan(G.adjusted_rand_index(np.array([-1, -1]), np.array([0, 1])))
+
+
+def test_package_works_without_scikit_learn():
+    """scikit-learn is an optional extra: the package imports without it, and the scores say how
+    to install it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['sklearn'] = None\n"
+        "import numpyro_hdphmm as nh\n"
+        "try:\n"
+        "    nh.diagnostics.adjusted_rand_index([0, 1], [0, 1])\n"
+        "except ImportError as e:\n"
+        "    assert 'numpyro-hdphmm[metrics]' in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('no ImportError')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

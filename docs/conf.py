@@ -81,6 +81,7 @@ sphinx_gallery_conf = {
     "ignore_pattern": r"(__init__|_common)\.py",
     "within_subsection_order": "FileNameSortKey",
     "download_all_examples": False,
+    "run_stale_examples": True,  # execute every script at every build (quick and full outputs never mix)
     "remove_config_comments": True,
     "image_scrapers": ("matplotlib",),
     "capture_repr": ("_repr_html_", "__repr__"),

@@ -88,6 +88,7 @@ for n in range(6):
     L = lengths[n]
     nh.diagnostics.plot_segmentation(y[n, :L], matched[n, :L], true_states=data.states[n, :L], match_colors=False,
                                      ax=axes[2 * n: 2 * n + 2], cmap="tab20", title=f"sequence {n}")
+    axes[2 * n].tick_params(labelbottom=False)  # the strip below shares the time axis
 fig.tight_layout()
 
 # %%

@@ -100,7 +100,10 @@ mcmc.run(jax.random.key(0), y)
 # states the draw's sequence uses.
 
 idata = az.from_numpyro(mcmc)
-print(az.summary(idata, var_names=["gamma", "alpha", "kappa", "y_num_states"]))
+print(az.summary(idata, var_names=["gamma", "alpha", "kappa"]))
+num = np.asarray(idata.posterior["y_num_states"]).ravel()
+print("posterior of the number of states:", {int(k): round(float(np.mean(num == k)), 3) for k in np.unique(num)})
+print("pointwise log-likelihood:", dict(idata.log_likelihood["y"].sizes))
 
 # %%
 az.plot_trace(idata, var_names=["kappa", "y_num_states"])

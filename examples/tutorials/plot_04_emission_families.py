@@ -91,4 +91,5 @@ for i, (name, (generating, make_prior)) in enumerate(families.items()):
           f"last draw {nh.diagnostics.num_states(states[-1])} states, Hamming {hamming:.3f}")
     nh.diagnostics.plot_segmentation(y, states[-1], true_states=truth, ax=axes[2 * i: 2 * i + 2],
                                      title=f"{name}: Hamming {hamming:.2f}")
+    axes[2 * i].tick_params(labelbottom=False)  # the strip below shares the time axis
 fig.tight_layout()

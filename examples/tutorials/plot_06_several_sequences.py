@@ -91,4 +91,5 @@ for n in range(N):
     nh.diagnostics.plot_segmentation(observed[n, :L], relabelled[n, :L], true_states=truth[n, :L],
                                      ax=axes[2 * n: 2 * n + 2], match_colors=False,
                                      title=f"sequence {n} (length {L}); gaps are missing steps")
+    axes[2 * n].tick_params(labelbottom=False)  # the strip below shares the time axis
 fig.tight_layout()

@@ -54,7 +54,10 @@ def model(y=None, num_steps=None):
 # %%
 # Prior predictive check
 # ----------------------
-# Do data sets drawn from the prior look like something we could observe?  Four draws:
+# Do data sets drawn from the prior look like something we could observe?  Four draws.  The
+# vague prior on ``gamma`` sometimes asks for more states than the capacity ``max_states``: the
+# ``RuntimeWarning`` below says how many steps went beyond it (they are redrawn among the
+# represented states, never silently dropped).
 
 prior = Predictive(model, num_samples=4)(jax.random.key(1), num_steps=900)
 fig, axes = plt.subplots(4, 1, figsize=(10, 5), sharex=True)

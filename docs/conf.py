@@ -17,7 +17,8 @@ import sys
 QUICK = os.environ.get("NH_DOCS_QUICK", "0") == "1"
 if QUICK:
     # The quick build's cost is compilation, not sampling: skip LLVM's optimization passes
-    # (about 40% less compile time; the few sweeps run slower, which does not matter).  Set
+    # (a third less CPU time on the getting-started page; the few sweeps run slower, which does
+    # not matter).  Set
     # before JAX starts, and inherited by sphinx-gallery's worker processes.
     os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 

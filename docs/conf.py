@@ -18,8 +18,7 @@ QUICK = os.environ.get("NH_DOCS_QUICK", "0") == "1"
 if QUICK:
     # The quick build's cost is compilation, not sampling: skip LLVM's optimization passes
     # (a third less CPU time on the getting-started page; the few sweeps run slower, which does
-    # not matter).  Set
-    # before JAX starts, and inherited by sphinx-gallery's worker processes.
+    # not matter).  Set before JAX starts; sphinx-gallery's worker processes inherit it.
     os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import matplotlib

@@ -49,10 +49,10 @@ __all__ = [
 class Dataset(NamedTuple):
     """A synthetic sequence with its ground truth.
 
-    observations : ``(T, D)`` float (Gaussian sets) or ``(T,)`` int (symbol sets)
-    states : ``(T,)`` int, the true hidden states in ``{0, ..., K-1}``
-    info : dict with the generating parameters (``transition_matrix (K, K)``,
-        ``initial_probs (K,)``, emission parameters) and ``source`` (the citation)
+    - observations : ``(T, D)`` float (Gaussian sets) or ``(T,)`` int (symbol sets)
+    - states : ``(T,)`` int, the true hidden states in ``{0, ..., K-1}``
+    - info : dict with the generating parameters (``transition_matrix (K, K)``,
+      ``initial_probs (K,)``, emission parameters) and ``source`` (the citation)
     """
 
     observations: np.ndarray
@@ -63,14 +63,14 @@ class Dataset(NamedTuple):
 class MocapDataset(NamedTuple):
     """Several padded multivariate sequences with true labels (see :func:`load_mocap6`).
 
-    observations : ``(N, T_max, D)`` float, NaN after each sequence's end
-    lengths : ``(N,)`` int
-    states : ``(N, T_max)`` int, true labels in ``{0, ..., len(state_names)-1}``, ``-1`` padding
-    state_names : tuple of str, ``state_names[k]`` names label ``k``
-    channel_names : tuple of str, ``channel_names[d]`` names column ``d``
-    previous : ``(N, T_max, D)`` float, the observation one step before each row (the
-        presample value for autoregressive models), NaN padding
-    info : dict (``source``, ``doc_range``)
+    - observations : ``(N, T_max, D)`` float, NaN after each sequence's end
+    - lengths : ``(N,)`` int
+    - states : ``(N, T_max)`` int, true labels in ``{0, ..., len(state_names)-1}``, ``-1`` padding
+    - state_names : tuple of str, ``state_names[k]`` names label ``k``
+    - channel_names : tuple of str, ``channel_names[d]`` names column ``d``
+    - previous : ``(N, T_max, D)`` float, the observation one step before each row (the
+      presample value for autoregressive models), NaN padding
+    - info : dict (``source``, ``doc_range``)
     """
 
     observations: np.ndarray
@@ -85,10 +85,10 @@ class MocapDataset(NamedTuple):
 class TextDataset(NamedTuple):
     """A tokenized text (see :func:`load_alice`).
 
-    tokens : ``(T,)`` int32 ids into ``vocabulary``
-    vocabulary : tuple of str (by decreasing count, ties alphabetical)
-    counts : ``(V,)`` int64, ``counts[v]`` = occurrences of ``vocabulary[v]`` in ``tokens``
-    info : dict (``source``, the paper's reported sizes, ``num_test``, ``eos``, ``unk``)
+    - tokens : ``(T,)`` int32 ids into ``vocabulary``
+    - vocabulary : tuple of str (by decreasing count, ties alphabetical)
+    - counts : ``(V,)`` int64, ``counts[v]`` = occurrences of ``vocabulary[v]`` in ``tokens``
+    - info : dict (``source``, the paper's reported sizes, ``num_test``, ``eos``, ``unk``)
     """
 
     tokens: np.ndarray

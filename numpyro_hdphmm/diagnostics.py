@@ -3,23 +3,7 @@ r"""Label-invariant summaries of sampled state sequences, held-out likelihood an
 HDP-HMM posteriors are invariant to permutations of the state labels (label switching), so
 draws are compared to a reference or to one another only through label-invariant quantities:
 
-===================================  ===============================================================
-function                             what it computes
-===================================  ===============================================================
-:func:`relabel`                      optimal (Hungarian) matching of estimated labels to a reference
-:func:`hamming_distance`             normalized Hamming distance after optimal relabelling
-:func:`mutual_information`           mutual information (nats) / NMI between two labellings
-:func:`adjusted_rand_index`          ARI (scikit-learn, the optional ``[metrics]`` extra)
-:func:`adjusted_mutual_information`  AMI (scikit-learn, the optional ``[metrics]`` extra)
-:func:`coassignment_matrix`          ``P(z_s = z_t)`` over draws, ``(T, T)``
-:func:`num_states`                   number of distinct states in each draw
-:func:`predictive_log_likelihood`    ``log (1/S) sum_s p(y_heldout | pi^(s), theta^(s))``
-:func:`plot_segmentation`            observations coloured by (inferred and true) state
-===================================  ===============================================================
-
-Label switching of whole posterior draws (every state-indexed site permuted consistently) and
-the Bayes point estimate of the segmentation are in :mod:`numpyro_hdphmm.labels`.
-
+===================================  ========================================================
 Conventions: a labelling is an integer array ``(..., T)`` (leading axes are draws or other
 batch axes); negative entries (``-1``, the padding of :func:`numpyro_hdphmm.datasets.load_mocap6`)
 mark steps that carry no label and are left out of every count.  Everything except

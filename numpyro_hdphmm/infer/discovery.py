@@ -172,8 +172,21 @@ class ModelView(NamedTuple):
 # ------------------------------------------------------------------------------ tracing
 def prior_trace(model, rng_key, model_args=(), model_kwargs=None):
     """A trace of ``model`` with every latent site drawn from its prior (unlike NumPyro's
-    ``prototype_trace``, this needs no unconstraining transform, e.g. for spherical sites)."""
-    return handlers.trace(handlers.seed(model, rng_key)).get_trace(*model_args, **(model_kwargs or {}))
+    ``prototype_trace``, this needs no unconstraining transform, e.g. for spherical sites).
+
+    The draws run as one compiled program; the model is then traced with them substituted, so
+    that a trace taken outside ``jit`` (discovery) does not execute, and compile, the samplers of
+    every site operation by operation (several seconds for a Dirichlet and an inverse-Wishart
+    prior)."""
+    model_kwargs = model_kwargs or {}
+
+    def draw(key):
+        tr = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
+        return {name: site["value"] for name, site in tr.items() if site["type"] == "sample" and not site["is_observed"]}
+
+    values = jax.jit(draw)(rng_key)
+    return handlers.trace(handlers.substitute(handlers.seed(model, rng_key), data=values)).get_trace(
+        *model_args, **model_kwargs)
 
 
 def _unwrap(fn):

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def transition_counts(states, num_states: int, lengths=None):
+def transition_counts(states, capacity: int, lengths=None):
     r"""Counts of a (batch of) state sequence(s): ``(n (K, K), first (K,))``.
 
     ``states (..., T)``; ``n_jk`` counts transitions ``z_{t-1} = j -> z_t = k`` over steps
@@ -52,11 +52,11 @@ def transition_counts(states, num_states: int, lengths=None):
     states = jnp.asarray(states)
     t = states.shape[-1]
     valid = jnp.ones(states.shape, bool) if lengths is None else jnp.arange(t) < jnp.asarray(lengths)[..., None]
-    pair = states[..., :-1] * num_states + states[..., 1:]
+    pair = states[..., :-1] * capacity + states[..., 1:]
     weight = valid[..., 1:].astype(jnp.int32)
-    n = jnp.zeros(num_states * num_states, jnp.int32).at[pair.reshape(-1)].add(weight.reshape(-1))
-    first = jnp.zeros(num_states, jnp.int32).at[states[..., 0].reshape(-1)].add(1)
-    return n.reshape(num_states, num_states), first
+    n = jnp.zeros(capacity * capacity, jnp.int32).at[pair.reshape(-1)].add(weight.reshape(-1))
+    first = jnp.zeros(capacity, jnp.int32).at[states[..., 0].reshape(-1)].add(1)
+    return n.reshape(capacity, capacity), first
 
 
 def sample_crp_tables(rng_key, counts, concentration, max_total: int):
@@ -229,7 +229,7 @@ def resample_gamma(rng_key, gamma, num_dishes, num_informative_tables, shape, ra
     return jnp.where(num_informative_tables > 0, g, draws.gamma(k_g, jnp.asarray(shape, dtype), rate))
 
 
-def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, num_states: int, shape, rate, max_total: int):
+def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, capacity: int, shape, rate, max_total: int):
     r"""Exact update of ``gamma ~ Gamma(shape, rate)`` under the weak limit ``beta ~ Dir(gamma/L)``.
 
     Integrating ``beta`` out, the informative tables' dishes are Dirichlet-multinomial:
@@ -241,7 +241,7 @@ def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, num_states: int, shap
     """
     k_u, k_g = random.split(rng_key)
     mbar_dishes = jnp.asarray(mbar_dishes, jnp.int32)
-    conc = jnp.broadcast_to(gamma / num_states, mbar_dishes.shape)
+    conc = jnp.broadcast_to(gamma / capacity, mbar_dishes.shape)
     u = sample_crp_tables(k_u, mbar_dishes, conc, max_total)
     return resample_gamma(k_g, gamma, jnp.sum(u), jnp.sum(mbar_dishes), shape, rate)
 
@@ -250,17 +250,17 @@ def resample_gamma_weak_limit(rng_key, gamma, mbar_dishes, num_states: int, shap
 def row_counts(n, first, dtype):
     """The transition counts ``n (K, K)`` and start counts ``first (K,)`` as the ``(K+1, K+1)``
     count matrix of the rows (start row last, nothing in the remainder column)."""
-    num_states = first.shape[0]
-    counts = jnp.zeros((num_states + 1, num_states + 1), dtype)
-    return counts.at[:num_states, :num_states].set(n).at[num_states, :num_states].set(first)
+    capacity = first.shape[0]
+    counts = jnp.zeros((capacity + 1, capacity + 1), dtype)
+    return counts.at[:capacity, :capacity].set(n).at[capacity, :capacity].set(first)
 
 
 def row_concentrations(beta, alpha, kappa, n, first):
     """``(K+1, K+1)`` Dirichlet concentrations of the rows given the states: ``alpha beta +
     kappa e_j + n_j.`` for the state rows and ``alpha beta + n_0.`` for the start row (last), the
     last column being the mass of the states not represented (Fox et al. eqs. 37, 41)."""
-    num_states = beta.shape[0] - 1
-    sticky = jnp.eye(num_states + 1, dtype=beta.dtype).at[num_states, num_states].set(0.0)
+    capacity = beta.shape[0] - 1
+    sticky = jnp.eye(capacity + 1, dtype=beta.dtype).at[capacity, capacity].set(0.0)
     return alpha * beta[None, :] + kappa * sticky + row_counts(n, first, beta.dtype)
 
 
@@ -368,9 +368,9 @@ def sample_global(rng_key, states, lengths, beta, hyper: Concentrations, priors:
     then from their full conditional, which leaves the joint posterior invariant.
     """
     k_tables, k_hyper, k_beta, k_rows = random.split(rng_key, 4)
-    num_states = beta.shape[0] - 1
+    capacity = beta.shape[0] - 1
     dtype = beta.dtype
-    n, first = transition_counts(states, num_states, lengths)
+    n, first = transition_counts(states, capacity, lengths)
     max_total = states.shape[0] * states.shape[1]
     tables = sample_table_counts(k_tables, n, first, beta, hyper.alpha, hyper.kappa, max_total)
     hyper = resample_hyperparameters(k_hyper, hyper, priors, tables, n, first, weak_limit=weak_limit, max_total=max_total)

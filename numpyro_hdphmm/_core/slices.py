@@ -43,10 +43,10 @@ def draw_slices(rng_key, states, trans, lengths):
     Drawn as ``log pi + log U`` with ``U`` uniform on ``[tiny, 1)``, so that ``u_t < pi`` holds
     strictly (the current path stays admissible) and nothing underflows.  Padded steps get
     ``+inf`` (they constrain nothing)."""
-    num_states = trans.shape[0] - 1
+    capacity = trans.shape[0] - 1
     num_seq, num_steps = states.shape
     dtype = trans.dtype
-    prev = jnp.concatenate([jnp.full((num_seq, 1), num_states, states.dtype), states[:, :-1]], 1)
+    prev = jnp.concatenate([jnp.full((num_seq, 1), capacity, states.dtype), states[:, :-1]], 1)
     log_path = jnp.log(trans[prev, states])
     log_unif = jnp.log(random.uniform(rng_key, (num_seq, num_steps), dtype, minval=jnp.finfo(dtype).tiny))
     valid = jnp.arange(num_steps) < lengths[:, None]
@@ -83,16 +83,16 @@ def extend_sticks(rng_key, inst, beta, trans, params, prior_params, log_u, gamma
     first free slot.  Returns ``(inst, beta, trans, params, overflow)``; ``overflow`` is True
     when the capacity ran out while a remainder still exceeded a slice.
     """
-    num_states = beta.shape[0] - 1
+    capacity = beta.shape[0] - 1
     dtype = beta.dtype
-    slot = jnp.arange(num_states)
+    slot = jnp.arange(capacity)
     log_u_start = jnp.min(log_u[:, 0])
     log_u_trans = jnp.min(log_u[:, 1:]) if log_u.shape[1] > 1 else jnp.asarray(jnp.inf, dtype)
 
     def needed(ext: _Extension):
-        log_rem = jnp.log(ext.trans[:, num_states])
-        rows = jnp.any(ext.inst & (log_rem[:num_states] > log_u_trans))
-        return rows | (log_rem[num_states] > log_u_start)
+        log_rem = jnp.log(ext.trans[:, capacity])
+        rows = jnp.any(ext.inst & (log_rem[:capacity] > log_u_trans))
+        return rows | (log_rem[capacity] > log_u_start)
 
     def cond(ext: _Extension):
         return needed(ext) & jnp.any(~ext.inst)
@@ -101,25 +101,25 @@ def extend_sticks(rng_key, inst, beta, trans, params, prior_params, log_u, gamma
         key = random.fold_in(rng_key, ext.count)
         k_b, k_g = random.split(key)
         k = first_free_slot(ext.inst)
-        rem = ext.beta[num_states]
+        rem = ext.beta[capacity]
         log_1mb = draws.log_stick_remainder(k_b, jnp.asarray(gamma, dtype))  # log(1 - b), b ~ Beta(1, gamma)
         beta_k = rem * -jnp.expm1(log_1mb)
         rem_new = rem * jnp.exp(log_1mb)
-        beta = ext.beta.at[k].set(beta_k).at[num_states].set(rem_new)
+        beta = ext.beta.at[k].set(beta_k).at[capacity].set(rem_new)
         inst = ext.inst.at[k].set(True)
         rows = jnp.concatenate([ext.inst, jnp.ones((1,), bool)])  # instantiated rows and the start row
         # one batch of Gamma variates: v_j ~ Beta(alpha beta_k, alpha beta_rem_new) for the row splits
         # (no kappa: j != k) and the new row ~ Dir(alpha beta + kappa e_k) over (slots, rest)
         row_conc = alpha * jnp.where(jnp.concatenate([inst, jnp.ones((1,), bool)]), beta, 0.0)
-        row_conc = row_conc + kappa * (jnp.arange(num_states + 1) == k).astype(dtype)
+        row_conc = row_conc + kappa * (jnp.arange(capacity + 1) == k).astype(dtype)
         conc = jnp.stack([jnp.broadcast_to(alpha * beta_k, row_conc.shape),
                           jnp.broadcast_to(alpha * rem_new, row_conc.shape), row_conc])
         positive = conc > 0
         log_g = jnp.where(positive, draws.log_gamma(k_g, jnp.where(positive, conc, 1.0)), -jnp.inf)
         log_vsum = jnp.logaddexp(log_g[0], log_g[1])
-        rem_col = ext.trans[:, num_states]
+        rem_col = ext.trans[:, capacity]
         trans = ext.trans.at[:, k].set(jnp.where(rows, rem_col * jnp.exp(log_g[0] - log_vsum), ext.trans[:, k]))
-        trans = trans.at[:, num_states].set(jnp.where(rows, rem_col * jnp.exp(log_g[1] - log_vsum), rem_col))
+        trans = trans.at[:, capacity].set(jnp.where(rows, rem_col * jnp.exp(log_g[1] - log_vsum), rem_col))
         trans = trans.at[k].set(jnp.exp(log_g[2] - jax.nn.logsumexp(log_g[2])))
         params = jax.tree_util.tree_map(lambda p, q: jnp.where((slot == k).reshape((-1,) + (1,) * (p.ndim - 1)), q, p),
                                         ext.params, prior_params)
@@ -146,13 +146,13 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
     """One sequence of :func:`slice_ffbs` over the slots ``0..size-1`` (static ``size``: every
     instantiated slot is below it; beyond the capacity, zero-mass padding states that are never
     reachable nor drawn)."""
-    num_steps, num_states = log_lik.shape
+    num_steps, capacity = log_lik.shape
     dtype = log_lik.dtype
     steps = jnp.arange(num_steps)
     valid = steps < length
     last = length - 1
     k8 = size
-    used = min(size, num_states)
+    used = min(size, capacity)
     pad = k8 - used
     # masked emissions: dropped or padded steps emit nothing, free and padding slots have
     # log-likelihood -inf.  The fast pass exponentiates them in one (T, K) array; the exact
@@ -165,7 +165,7 @@ def _slice_ffbs_single(size, key, log_pi, log_u, inst, log_lik, obs, length):
         return jnp.pad(jnp.where(free, -jnp.inf, jnp.where(emit_t, ll_t, 0.0)), (0, pad), constant_values=-jnp.inf)
 
     trans_kk = jnp.pad(log_pi[:used, :used], ((0, pad), (0, pad)), constant_values=-jnp.inf)
-    start = jnp.pad(log_pi[num_states, :used], (0, pad), constant_values=-jnp.inf)
+    start = jnp.pad(log_pi[capacity, :used], (0, pad), constant_values=-jnp.inf)
     # padded steps allow every transition: their filtered values are never read
     lu = jnp.where(valid, log_u, -jnp.inf)
     reach0 = (start > lu[0]).astype(dtype)

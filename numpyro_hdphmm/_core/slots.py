@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-__all__ = ["valid_steps", "used_slots", "count_used", "canonical_order", "compact_states", "first_free_slot"]
+__all__ = ["valid_steps", "used_slots", "occupied", "count_used", "canonical_order", "compact_states", "first_free_slot"]
 
 
 def valid_steps(num_steps: int, lengths):
@@ -28,10 +28,15 @@ def used_slots(states, lengths, capacity: int):
     return jnp.zeros((capacity,), bool).at[states.reshape(-1)].max(valid.reshape(-1))
 
 
+def occupied(states, capacity: int):
+    """``(K,)`` bool: the slots that appear in ``states`` (any shape, every entry counted; padded
+    steps copy a valid state, so they add nothing)."""
+    return jnp.zeros(capacity, bool).at[jnp.reshape(states, -1)].set(True)
+
+
 def count_used(states, capacity: int):
     """Number of distinct states in ``states`` (any shape, every entry counted), int32."""
-    used = jnp.zeros(capacity, bool).at[jnp.reshape(states, -1)].set(True)
-    return jnp.sum(used).astype(jnp.int32)
+    return jnp.sum(occupied(states, capacity)).astype(jnp.int32)
 
 
 def canonical_order(flat_states, in_range, capacity: int):

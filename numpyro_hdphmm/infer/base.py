@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from jax import random
+from jax.scipy.special import gammaln
 from numpyro.distributions import constraints
 from numpyro.infer import NUTS
 from numpyro.infer.gibbs import conditioned, with_conditioning
@@ -51,7 +52,7 @@ from numpyro.primitives import Messenger
 from numpyro.util import is_prng_key
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm._core.slots import count_used
+from numpyro_hdphmm._core.slots import count_used, occupied
 from numpyro_hdphmm._core.validation import host_warning
 from numpyro_hdphmm.infer.discovery import (
     ModelSpec,
@@ -62,6 +63,7 @@ from numpyro_hdphmm.infer.discovery import (
     model_view,
     prior_trace,
 )
+from numpyro_hdphmm.distributions import WeakLimitBeta
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["Explicit", "Algorithm", "HDPState", "HDPKernel", "flatten_time", "collapse_rows", "LARGE_CAPACITY"]
@@ -159,6 +161,59 @@ class _CollapseRows(Messenger):
                                         tuple(chain.event_shape))
 
 
+class _AggregatedWeights(dist.Distribution):
+    """``beta ~ Dir(gamma/L)`` seen on (the states in use, the rest): by the aggregation property
+    ``(beta_used, sum of the others) ~ Dir(gamma/L 1_k, (L - k) gamma/L)``.  With the rows
+    integrated out the states depend on ``beta`` only through ``beta_used`` (an unused column
+    takes no transition), so this is the weak-limit joint with the unused weights integrated
+    out; each tiny unused weight would otherwise add ``(gamma/L - 1) log beta_l``, tens of nats
+    that change every sweep."""
+
+    support = constraints.simplex
+
+    def __init__(self, concentration, capacity, used):
+        self.concentration, self.capacity, self.used = concentration, capacity, used
+        super().__init__(batch_shape=(), event_shape=(capacity + 1,))
+
+    def sample(self, key, sample_shape=()):
+        raise NotImplementedError("only evaluated at the kernel's values")
+
+    def log_prob(self, value):
+        gamma = jnp.asarray(self.concentration, value.dtype)
+        a = gamma / self.capacity
+        num_used = jnp.sum(self.used)
+        rest_conc = (self.capacity - num_used) * a
+        head = value[:-1]
+        rest = jnp.sum(jnp.where(self.used, 0.0, head))
+        tiny = jnp.finfo(value.dtype).tiny
+        used_terms = jnp.sum(jnp.where(self.used, (a - 1.0) * jnp.log(jnp.maximum(head, tiny)) - gammaln(a), 0.0))
+        rest_term = jnp.where(num_used < self.capacity,
+                              (rest_conc - 1.0) * jnp.log(jnp.maximum(rest, tiny)) - gammaln(jnp.maximum(rest_conc, tiny)), 0.0)
+        return gammaln(gamma) + used_terms + rest_term
+
+
+class _StatesInUse(Messenger):
+    """The model as the reported log joint sees it: the emission parameters of slots no step
+    uses are left out (they are prior draws, part of no likelihood), and a weak-limit ``beta``
+    is aggregated over the unused slots (:class:`_AggregatedWeights`)."""
+
+    def __init__(self, fn=None, used=None):
+        self.used = used
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] != "sample":
+            return
+        role = (msg.get("infer") or {}).get(HDP_ROLE)
+        fn = msg["fn"]
+        if role == "emission":
+            capacity = self.used.shape[0]
+            if len(fn.batch_shape) and fn.batch_shape[0] == capacity:
+                msg["fn"] = fn.mask(self.used.reshape((capacity,) + (1,) * (len(fn.batch_shape) - 1)))
+        elif role == "beta" and isinstance(_unwrap(fn), WeakLimitBeta):
+            msg["fn"] = _AggregatedWeights(_unwrap(fn).concentration, self.used.shape[0], self.used)
+
+
 def collapse_rows(model):
     """``model`` with the transition rows integrated out (:class:`_CollapseRows`): the inner
     kernel's model for every algorithm that keeps ``beta`` explicit."""
@@ -220,6 +275,8 @@ class _HDPStateFields(NamedTuple):
     info: Any
     num_states: jax.Array
     lp: jax.Array
+    data_loglik: jax.Array
+    nonfinite: jax.Array
     accept_prob: jax.Array
     diverging: jax.Array
     inner_state: Any
@@ -232,7 +289,10 @@ class HDPState(_HDPStateFields):
     ``z``: every latent site's value (the sample field); ``algorithm``: the algorithm's carried
     state; ``info``: its diagnostics of the last sweep (each field also readable as an attribute of
     the state, e.g. ``state.overflow``, so that ``extra_fields=("overflow",)`` works);
-    ``num_states``: states in use; ``lp``: log joint density of the model at ``z``;
+    ``num_states``: states in use; ``lp``: the log joint of what the model uses (rows integrated
+    out, unused slots left out, :meth:`HDPKernel._log_joint`); ``data_loglik``: ``log p(y |
+    states, theta)``; ``nonfinite``: some recorded site or ``lp`` was NaN or infinite (a warning
+    names the sites);
     ``accept_prob``/``diverging``: statistics of the inner kernel (1.0/False without one);
     ``inner_state``: the inner kernel's state (or ``None``); ``rng_key``.
     """
@@ -259,7 +319,28 @@ def _warn_overflow(overflow, capacity, kernel):
         )
         warnings.warn(
             f"{kernel}: all max_states={capacity} state slots were occupied in a sweep, {what}; "
-            "increase max_states. The `overflow` field (extra_fields=('overflow',)) marks those sweeps.",
+            f"increase max_states (e.g. to {2 * capacity}). The `overflow` field (extra_fields=('overflow',)) "
+            "marks those sweeps.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _nonfinite_sites(z, lp):
+    """``(num float sites + 1,)`` bool: which recorded floating-point site (in ``z``'s order), and
+    last ``lp``, holds a NaN or infinite value anywhere (over every chain of a batched state)."""
+    flags = [~jnp.all(jnp.isfinite(v)) for v in z.values() if jnp.issubdtype(jnp.result_type(v), jnp.inexact)]
+    return jnp.stack(flags + [~jnp.all(jnp.isfinite(lp))])
+
+
+def _warn_nonfinite(bad, names, kernel):
+    bad = np.asarray(bad)
+    if np.any(bad):
+        sites = ", ".join(n for n, b in zip(names, bad.reshape(-1)) if b)
+        warnings.warn(
+            f"{kernel}: a sweep produced NaN or infinite values at {sites} (recorded as they are; the `nonfinite` "
+            "field marks those sweeps). Check the data's scale (rescale, or enable float64 with "
+            "jax.config.update('jax_enable_x64', True)) and the priors of these sites.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -335,7 +416,8 @@ class HDPKernel(MCMCKernel):
 
     @property
     def default_fields(self):
-        return ("z", "num_states", "lp", "accept_prob", "diverging") + tuple(self.algorithm.Info._fields)
+        return ("z", "num_states", "lp", "data_loglik", "nonfinite", "accept_prob", "diverging") + tuple(
+            self.algorithm.Info._fields)
 
     @property
     def spec(self) -> Optional[ModelSpec]:
@@ -351,8 +433,8 @@ class HDPKernel(MCMCKernel):
 
     def refresh(self, state, model_args, model_kwargs):
         """Recompute the log joint after sibling blocks of a :class:`numpyro.infer.Gibbs` moved."""
-        lp, _ = log_density(self.model, model_args, model_kwargs or {}, state.z)
-        return state._replace(lp=lp)
+        lp, data = self._log_joint(state.z, model_args, model_kwargs or {})
+        return state._replace(lp=lp, data_loglik=data)
 
     def wrap_model(self, wrapper):
         new = copy.copy(self)
@@ -428,23 +510,40 @@ class HDPKernel(MCMCKernel):
         )
 
     def _log_joint(self, z, model_args, model_kwargs):
-        """``log p(z, y)`` of the model.  Outside any trace and for large data (the kernel's
-        initialization) it is compiled, so that XLA fuses the ``(T, K)`` temporaries that an
-        eager evaluation would hold at once; small problems are evaluated eagerly (no compile)."""
+        """``(lp, data log-likelihood)`` at ``z``.
+
+        ``lp`` is the log joint of what the model uses: the transition rows integrated out
+        (Dirichlet-multinomial, :class:`_CollapseRows`), the emission parameters of unused slots
+        left out and a weak-limit ``beta`` aggregated over the unused slots
+        (:class:`_StatesInUse`); the rows of unused states and their prior-drawn parameters
+        would otherwise swing it by thousands of nats from sweep to sweep while the fit does not
+        change.  The data log-likelihood ``log p(y | states, theta)`` is the observed site's term.
+        Outside any trace and for large data (the kernel's initialization) it is compiled, so
+        that XLA fuses the ``(T, K)`` temporaries an eager evaluation would hold at once."""
+        spec = self._spec
+        obs = spec.sites.obs
+
+        def evaluate(z, args, kwargs):
+            model = collapse_rows(_StatesInUse(self.model, occupied(z[spec.sites.states], spec.capacity)))
+            lp, trace = log_density(model, args, kwargs, z)
+            site = trace[obs]
+            data = jnp.sum(site["fn"].log_prob(site["value"]))
+            return lp, data
+
         leaves, treedef = jax.tree_util.tree_flatten((model_args, model_kwargs))
         is_array = [isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves]
         size = sum(int(np.size(leaf)) for leaf, a in zip(leaves, is_array) if a)
         concrete = not any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(z))
         if size < _COMPILE_LOG_JOINT_SIZE or not concrete:
-            return log_density(self.model, model_args, model_kwargs, z)[0]
+            return evaluate(z, model_args, model_kwargs)
 
-        def log_joint(z, arrays):
+        def compiled(z, arrays):
             it = iter(arrays)
             full = [next(it) if a else leaf for leaf, a in zip(leaves, is_array)]
             args, kwargs = jax.tree_util.tree_unflatten(treedef, full)
-            return log_density(self.model, args, kwargs, z)[0]
+            return evaluate(z, args, kwargs)
 
-        return jax.jit(log_joint)(z, [leaf for leaf, a in zip(leaves, is_array) if a])
+        return jax.jit(compiled)(z, [leaf for leaf, a in zip(leaves, is_array) if a])
 
     def _make_inner(self):
         inner_model = conditioned(self.algorithm.inner_model(self.model))
@@ -482,7 +581,10 @@ class HDPKernel(MCMCKernel):
 
     def sample(self, state, model_args, model_kwargs):
         state = self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
-        host_warning(_warn_overflow, state.info.overflow, self._spec.capacity, type(self).__name__)
+        name = type(self).__name__
+        host_warning(_warn_overflow, state.info.overflow, self._spec.capacity, name)
+        names = tuple(k for k, v in state.z.items() if jnp.issubdtype(jnp.result_type(v), jnp.inexact)) + ("lp",)
+        host_warning(_warn_nonfinite, _nonfinite_sites(state.z, state.lp), names, name)
         return state
 
     def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
@@ -511,13 +613,17 @@ class HDPKernel(MCMCKernel):
                            jnp.zeros((), bool), inner_state, key_state)
 
     def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key):
-        """Assemble an :class:`HDPState`, computing ``lp`` and ``num_states`` from ``z``."""
+        """Assemble an :class:`HDPState`: ``lp``, the data log-likelihood, ``num_states`` and the
+        non-finite flag from ``z``."""
+        lp, data = self._log_joint(z, model_args, model_kwargs)
         return HDPState(
             z=z,
             algorithm=algorithm_state,
             info=info,
             num_states=count_used(z[self._spec.sites.states], self._spec.capacity),
-            lp=self._log_joint(z, model_args, model_kwargs),
+            lp=lp,
+            data_loglik=data,
+            nonfinite=jnp.any(_nonfinite_sites(z, lp)),
             accept_prob=accept_prob,
             diverging=diverging,
             inner_state=inner_state,

@@ -13,9 +13,26 @@ from typing import Dict, Optional, Tuple
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_hdphmm._core.validation import FLOAT_HEADROOM, check_float_range
+from numpyro_hdphmm._core.validation import FLOAT_HEADROOM, as_data_array, check_float_range, is_concrete
 
-__all__ = ["observed_rows", "check_data_spread", "check_deviation_range", "dimension_hint", "check_dim", "merge_overrides"]
+__all__ = ["vector_data", "observed_rows", "check_data_spread", "check_deviation_range", "dimension_hint", "check_dim", "merge_overrides"]
+
+
+def vector_data(data, dim=None):
+    """``data (..., T, D)`` as an array (concrete values through
+    :func:`~numpyro_hdphmm._core.validation.as_data_array`; tracers unchanged) for the
+    ``weakly_informative`` of a family with vector observations; ``ValueError`` naming ``data``
+    (or ``dim``, which only ``data=None`` takes) otherwise."""
+    if dim is not None:
+        raise ValueError("`dim` is only used with data=None (the data's last axis gives D).")
+    if is_concrete(data):
+        data = as_data_array("data", data)
+    if jnp.ndim(data) < 2:
+        raise ValueError(
+            f"`data` must have shape (..., T, D), got {jnp.shape(data)}; for one-dimensional observations "
+            "pass y[:, None] (or df[['col']].to_numpy())."
+        )
+    return data
 
 
 def observed_rows(name: str, data, need: int = 1, event_ndim: int = 1) -> Tuple[np.ndarray, np.ndarray]:

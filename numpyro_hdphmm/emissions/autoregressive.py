@@ -66,6 +66,7 @@ from numpyro_hdphmm.emissions._data import (
     dimension_hint,
     merge_overrides,
     observed_rows,
+    vector_data,
 )
 from numpyro_hdphmm.emissions._mniw import MNIWStats
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
@@ -470,15 +471,7 @@ class AutoRegressive(EmissionFamily):
             center = np.zeros(D, dtype)
             second, resid_cov = np.ones(m), np.eye(D)
         else:
-            if dim is not None:
-                raise ValueError("`dim` is only used with data=None (the data's last axis gives D).")
-            if is_concrete(data):
-                data = as_data_array("data", data)
-            if jnp.ndim(data) < 2:
-                raise ValueError(
-                    f"`data` must have shape (..., T, D), got {jnp.shape(data)}; for one-dimensional observations "
-                    "pass y[:, None] (or df[['col']].to_numpy())."
-                )
+            data = vector_data(data, dim)
             D = data.shape[-1]
             m = m_fn(D)
             if is_concrete(data):

@@ -41,7 +41,14 @@ from numpyro_hdphmm.emissions._gamma import (
     gamma_log_prob,
     sample_log_gamma,
 )
-from numpyro_hdphmm.emissions._data import check_data_spread, check_deviation_range, check_dim, dimension_hint, observed_rows
+from numpyro_hdphmm.emissions._data import (
+    check_data_spread,
+    check_deviation_range,
+    check_dim,
+    dimension_hint,
+    observed_rows,
+    vector_data,
+)
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
 __all__ = ["DiagonalGaussian"]
@@ -341,14 +348,7 @@ class DiagonalGaussian(EmissionFamily):
             D = check_dim(dim, dimension_hint(overrides, ("loc", -1)))
             mean, var = np.zeros(D), np.ones(D)
         else:
-            if dim is not None:
-                raise ValueError("`dim` is only used with data=None (the data's last axis gives D).")
-            arr = np.asarray(as_data_array("data", data), dtype=float)
-            if arr.ndim < 2:
-                raise ValueError(
-                    f"`data` must have shape (..., T, D), got {arr.shape}; for one-dimensional observations "
-                    "pass y[:, None] (or df[['col']].to_numpy())."
-                )
+            arr = np.asarray(vector_data(data, dim), dtype=float)
             observed_rows("data", arr, need=1, event_ndim=0)  # no steps, infinities, all missing
             flat = arr.reshape(-1, arr.shape[-1])
             observed = ~np.isnan(flat)

@@ -42,7 +42,15 @@ from numpyro_hdphmm._core.validation import (
     is_concrete,
 )
 from numpyro_hdphmm.emissions import _mniw
-from numpyro_hdphmm.emissions._data import check_data_spread, check_deviation_range, check_dim, dimension_hint, merge_overrides, observed_rows
+from numpyro_hdphmm.emissions._data import (
+    check_data_spread,
+    check_deviation_range,
+    check_dim,
+    dimension_hint,
+    merge_overrides,
+    observed_rows,
+    vector_data,
+)
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
 __all__ = ["GaussianNIW", "GaussianStats"]
@@ -309,15 +317,7 @@ class GaussianNIW(EmissionFamily):
             dtype = default_float_dtype()
             kwargs = dict(loc=np.zeros(D, dtype), mean_precision=0.01, df=D + 2.0, scale=np.eye(D, dtype=dtype))
             return cls(**merge_overrides(kwargs, overrides, "GaussianNIW.weakly_informative"))
-        if "dim" in overrides:
-            raise ValueError("`dim` is only used with data=None (the data's last axis gives D).")
-        if is_concrete(data):
-            data = as_data_array("data", data)
-        if jnp.ndim(data) < 2:
-            raise ValueError(
-                f"`data` must have shape (..., T, D), got {jnp.shape(data)}; for one-dimensional observations "
-                "pass y[:, None] (or df[['col']].to_numpy())."
-            )
+        data = vector_data(data, overrides.pop("dim", None))
         D = data.shape[-1]
         if not is_concrete(data):
             mean, scale = _weakly_informative_moments(jnp.asarray(data, jnp.result_type(float)))

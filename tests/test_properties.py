@@ -176,6 +176,20 @@ def test_discrete_draws_match_the_likelihood(conc, seed):
     assert abs(draws.mean() - lam) < 5 * np.sqrt(lam / draws.size) + 1e-9
 
 
+@fast_and_slow(kappa=positive(0.2, 30), seed=seeds)
+def test_vmf_draws_match_the_likelihood(kappa, seed):
+    fam = em.VonMisesFisher(kappa, np.array([0.6, 0.8]), 1.0)
+    params = fam.sample_parameters(jax.random.key(seed), (2,))
+    y = np.asarray(_draw_and_moments(fam, params, jax.random.key(seed + 1)))
+    theta = np.linspace(0, 2 * np.pi, 4001)[:-1]
+    circle = np.stack([np.cos(theta), np.sin(theta)], 1)
+    dens = np.exp(np.asarray(fam.log_likelihoods(jnp.asarray(circle), params))[:, 0]) * (theta[1] - theta[0])
+    mean = dens @ circle  # E[y] by quadrature of the likelihood
+    cov = (circle - mean).T @ ((circle - mean) * dens[:, None])
+    se = np.sqrt(np.diag(cov) / y.shape[0])
+    assert np.all(np.abs(y.mean(0) - mean) < 5 * se + 1e-12)
+
+
 # ---- masks
 @fast_and_slow(missing=hs.lists(hs.integers(0, 11), max_size=4), length=hs.integers(1, 12), seed=seeds)
 def test_missing_and_padded_steps_contribute_nothing(missing, length, seed):

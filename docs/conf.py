@@ -106,11 +106,7 @@ html_theme_options = {"navigation_with_keys": True}
 # the -W build; every other warning, from any other docstring or page, still does.
 # (Sphinx's suppress_warnings cannot be this narrow: docutils messages only carry the type
 # "docutils", so suppressing them there would hide every docstring error of the package.)
-KNOWN_DOCSTRING_WARNINGS = [
-    # infer/__init__.py: the kernel table's first column is narrower than "``DirectAssignmentGibbs``"
-    # and the table lists two of the three kernels (BeamSampler is missing).
-    ("docstring of numpyro_hdphmm.infer:", "Malformed table"),
-]
+KNOWN_DOCSTRING_WARNINGS = []
 
 
 class _KnownDocstringWarnings:

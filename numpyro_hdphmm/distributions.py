@@ -34,6 +34,7 @@ from numpyro.distributions.util import validate_sample
 from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
 from numpyro_hdphmm._core.random import categorical, dirichlet
 from numpyro_hdphmm._core.validation import (
+    as_parameter,
     check_nonnegative,
     check_positive,
     host_warning,
@@ -67,6 +68,14 @@ def _check_capacity(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def _check_probability_vectors(name: str, value) -> None:
+    """Raise ``ValueError`` unless concrete ``value`` holds probability vectors along its last axis."""
+    if is_concrete(value):
+        a = np.asarray(value)
+        if np.any(~np.isfinite(a)) or np.any(a < 0) or not np.allclose(a.sum(-1), 1.0, atol=1e-4):
+            raise ValueError(f"`{name}` must hold probability vectors (non-negative, summing to one along the last axis).")
+
+
 def _warn_escape(count, where: str):
     """Host-side warning (through :func:`~numpyro_hdphmm._core.validation.host_warning`) when draws overflow the capacity."""
     n = int(np.sum(np.asarray(count)))
@@ -91,6 +100,7 @@ class _GlobalWeights(Distribution):
 
     def __init__(self, concentration, truncation: int, *, validate_args=None):
         self.truncation = _check_capacity("truncation", truncation, 1)
+        concentration = as_parameter("concentration", concentration)
         check_positive("concentration", concentration)
         self.concentration = jnp.asarray(concentration, dtype=jnp.result_type(concentration, float))
         super().__init__(
@@ -218,6 +228,7 @@ class HDPTransitions(Distribution):
     pytree_data_fields = ("beta", "alpha", "kappa")
 
     def __init__(self, beta, alpha, kappa=0.0, *, validate_args=None):
+        beta, alpha, kappa = (as_parameter(n, v) for n, v in (("beta", beta), ("alpha", alpha), ("kappa", kappa)))
         if jnp.ndim(beta) < 1 or jnp.shape(beta)[-1] < 2:
             raise ValueError(f"`beta` must have a trailing axis of size K + 1 >= 2, got shape {jnp.shape(beta)}.")
         check_positive("alpha", alpha)
@@ -333,6 +344,9 @@ class MarkovChain(Distribution):
 
     def __init__(self, initial_probs, transition_matrix, num_steps: int, lengths=None, *, validate_args=None):
         self.num_steps = _check_capacity("num_steps", num_steps, 1)
+        initial_probs = as_parameter("initial_probs", initial_probs)
+        transition_matrix = as_parameter("transition_matrix", transition_matrix)
+        lengths = None if lengths is None else as_parameter("lengths", lengths)
         if jnp.ndim(transition_matrix) < 2:
             raise ValueError(f"`transition_matrix` must have shape (..., K, K) or (..., K, K+1), got {jnp.shape(transition_matrix)}.")
         k, cols = jnp.shape(transition_matrix)[-2:]
@@ -343,11 +357,8 @@ class MarkovChain(Distribution):
                 f"`initial_probs` must have a trailing axis of size {cols} (matching `transition_matrix`), "
                 f"got shape {jnp.shape(initial_probs)}."
             )
-        for name, v in (("initial_probs", initial_probs), ("transition_matrix", transition_matrix)):
-            if is_concrete(v):
-                a = np.asarray(v)
-                if np.any(~np.isfinite(a)) or np.any(a < 0) or not np.allclose(a.sum(-1), 1.0, atol=1e-4):
-                    raise ValueError(f"`{name}` must hold probability vectors (non-negative, summing to one along the last axis).")
+        _check_probability_vectors("initial_probs", initial_probs)
+        _check_probability_vectors("transition_matrix", transition_matrix)
         dtype = jnp.result_type(initial_probs, transition_matrix, float)
         self.initial_probs = jnp.asarray(initial_probs, dtype)
         self.transition_matrix = jnp.asarray(transition_matrix, dtype)
@@ -423,6 +434,8 @@ class HiddenMarkovModel(Distribution):
     def __init__(self, initial_probs, transition_matrix, emission_distribution, num_steps=None, *, validate_args=None):
         if not isinstance(emission_distribution, Distribution):
             raise ValueError("`emission_distribution` must be a numpyro Distribution whose last batch axis indexes the states.")
+        initial_probs = as_parameter("initial_probs", initial_probs)
+        transition_matrix = as_parameter("transition_matrix", transition_matrix)
         if jnp.ndim(transition_matrix) < 2 or jnp.shape(transition_matrix)[-1] != jnp.shape(transition_matrix)[-2]:
             raise ValueError(f"`transition_matrix` must have shape (..., K, K), got {jnp.shape(transition_matrix)}.")
         k = jnp.shape(transition_matrix)[-1]
@@ -433,6 +446,8 @@ class HiddenMarkovModel(Distribution):
                 f"`emission_distribution` must have batch shape (..., {k}) (one distribution per state), "
                 f"got {emission_distribution.batch_shape}."
             )
+        _check_probability_vectors("initial_probs", initial_probs)
+        _check_probability_vectors("transition_matrix", transition_matrix)
         if num_steps is not None:
             num_steps = _check_capacity("num_steps", num_steps, 1)
         self.num_steps = num_steps
@@ -580,6 +595,7 @@ class StickyHDPHMM(Distribution):
     pytree_aux_fields = ("max_states", "num_steps")
 
     def __init__(self, gamma, alpha, kappa, emission, max_states: int, num_steps=None, *, validate_args=None):
+        gamma, alpha, kappa = (as_parameter(n, v) for n, v in (("gamma", gamma), ("alpha", alpha), ("kappa", kappa)))
         if not isinstance(emission, EmissionFamily):
             if not callable(emission) or isinstance(emission, Distribution):
                 raise ValueError(

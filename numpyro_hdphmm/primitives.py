@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 
-from numpyro_hdphmm._core.validation import is_concrete
+from numpyro_hdphmm._core.validation import as_data_array, is_concrete
 from numpyro_hdphmm.distributions import (
     GEM,
     EmissionLikelihood,
@@ -15,46 +15,124 @@ from numpyro_hdphmm.distributions import (
     StickyHDPHMM,
 )
 
-__all__ = ["sample", "HDP_ROLE"]
+__all__ = ["sample", "HDP_ROLE", "DEFAULT_NUM_STEPS"]
 
 #: key of ``site["infer"]`` under which every site declared here records its role
 HDP_ROLE = "hdphmm_role"
 
 
-def _sequence_layout(hmm: StickyHDPHMM, obs, lengths):
-    """Return ``(num_sequences or None, num_steps, lengths)`` and validate ``obs``/``lengths``."""
-    event_ndim = len(hmm.emission.event_shape)
-    if obs is None:
-        if hmm.num_steps is None:
-            raise ValueError("Without `obs`, the model needs `num_steps` to know how long a sequence to draw.")
-        if lengths is None:
-            return None, hmm.num_steps, None
-        lengths = jnp.asarray(lengths)
-        if lengths.ndim != 1:
-            raise ValueError(f"`lengths` must have shape (N,), got {lengths.shape}.")
-        return lengths.shape[0], hmm.num_steps, lengths
-    ndim = jnp.ndim(obs)
-    trailing = tuple(jnp.shape(obs)[ndim - event_ndim:]) if event_ndim else ()
-    if ndim not in (event_ndim + 1, event_ndim + 2) or (event_ndim and trailing[: len(hmm.emission.event_shape)] != tuple(hmm.emission.event_shape)):
+#: the length of the sequence ``sample`` draws without ``obs`` when neither ``num_steps`` nor
+#: ``lengths`` says (a prior predictive check of a model written for data: ``model(None)``)
+DEFAULT_NUM_STEPS = 100
+
+
+def _shape_text(event) -> str:
+    return "".join(f", {d}" for d in event)
+
+
+def _check_lengths(lengths, num_steps, num_sequences):
+    """``lengths`` (list, NumPy, pandas, JAX) as an ``int32`` array of shape ``(N,)`` with
+    entries in ``[1, num_steps]`` (values checked when concrete)."""
+    lengths = as_data_array("lengths", lengths)
+    if jnp.ndim(lengths) != 1 or (num_sequences is not None and jnp.shape(lengths) != (num_sequences,)):
+        expect = "(N,)" if num_sequences is None else f"(N,) = ({num_sequences},)"
+        raise ValueError(f"`lengths` must have shape {expect}, one length per sequence, got {jnp.shape(lengths)}.")
+    if is_concrete(lengths):
+        ln = np.asarray(lengths)
+        if not (np.issubdtype(ln.dtype, np.integer) or ln.dtype == bool) or np.any(ln < 1) or (
+            num_steps is not None and np.any(ln > num_steps)
+        ):
+            bound = "" if num_steps is None else f", T={num_steps}"
+            raise ValueError(f"`lengths` must be integers in [1{bound}], got {ln}.")
+    return jnp.asarray(lengths, jnp.int32)
+
+
+def _check_layout_values(emission, obs, lengths, batched: bool, num_steps: int):
+    """Checks on concrete ``obs``: the family's own (support, range), sequences long enough for
+    the family, and no sequence without an observed step."""
+    emission.check_observations(obs, "obs")
+    minimum = emission.min_sequence_length
+    seq_lengths = np.full(np.shape(obs)[0] if batched else 1, num_steps) if lengths is None else np.asarray(lengths)
+    if minimum > 1 and np.any(seq_lengths < minimum):
+        n = int(np.argmin(seq_lengths))
+        where = f"sequence {n} has" if batched else "the sequence has"
         raise ValueError(
-            f"`obs` must have shape (T, *event) or (N, T, *event) with event shape {tuple(hmm.emission.event_shape)}, "
-            f"got {jnp.shape(obs)}."
+            f"`obs`: {where} {int(seq_lengths[n])} step(s); the {type(emission).__name__} emission needs sequences "
+            f"of at least {minimum} steps (an order-{minimum - 1} autoregression needs observed lags). Drop or join "
+            "the short sequences, or lower the order."
         )
-    if is_concrete(obs):
-        hmm.emission.check_observations(obs, "obs")
+    arr = np.asarray(obs)
+    if arr.dtype.kind != "f":
+        return
+    event_axes = tuple(range(arr.ndim - len(emission.event_shape), arr.ndim))
+    missing = np.any(np.isnan(arr), axis=event_axes) if event_axes else np.isnan(arr)
+    missing = missing.reshape(-1, num_steps)
+    inside = np.arange(num_steps)[None, :] < seq_lengths[:, None]
+    observed = np.sum(~missing & inside, axis=1)
+    if np.any(observed == 0):
+        n = int(np.argmin(observed))
+        where = f"sequence {n} (length {int(seq_lengths[n])})" if batched else "the sequence"
+        raise ValueError(
+            f"`obs`: {where} has no observed step (every value is NaN). Drop it: an all-missing sequence carries "
+            "no information and usually means misaligned padding or `lengths`."
+        )
+
+
+def _sequence_layout(hmm: StickyHDPHMM, obs, lengths):
+    """Return ``(obs as an array or None, num_sequences or None, num_steps, lengths)``; every
+    check on the user's data and ``lengths`` happens here, before any compilation, and names the
+    argument.  Shapes: ``(T, *event)`` is one sequence, ``(N, T, *event)`` several."""
+    emission = hmm.emission
+    event = tuple(emission.event_shape)
+    event_ndim = len(event)
+    if obs is None:
+        num_steps = hmm.num_steps
+        if lengths is None:
+            return None, None, num_steps or DEFAULT_NUM_STEPS, None
+        lengths = _check_lengths(lengths, num_steps, None)
+        if num_steps is None:
+            num_steps = int(np.max(np.asarray(lengths))) if is_concrete(lengths) else DEFAULT_NUM_STEPS
+        return None, lengths.shape[0], num_steps, lengths
+    obs = as_data_array("obs", obs)
+    shape = tuple(jnp.shape(obs))
+    ndim = len(shape)
+    one = f"(T{_shape_text(event)})"
+    several = f"(N, T{_shape_text(event)})"
+    if event_ndim and (ndim < event_ndim or shape[ndim - event_ndim:] != event):
+        hint = ""
+        if event == (1,) and ndim in (1, 2):
+            hint = (" For one-dimensional observations pass y[:, None] (shape (T, 1)), e.g. df[['col']].to_numpy()"
+                    " rather than df['col'].")
+        elif ndim == 2 and shape[0] == event[-1]:
+            hint = f" Did you pass the transpose? One sequence is (T, {event[-1]}): use y.T."
+        raise ValueError(
+            f"`obs` must have shape {one} for one sequence or {several} for several, with event shape {event} "
+            f"from the {type(emission).__name__} emission; got {shape}.{hint}"
+        )
+    if ndim not in (event_ndim + 1, event_ndim + 2):
+        raise ValueError(
+            f"`obs` must have shape {one} for one sequence or {several} for several (event shape {event} from the "
+            f"{type(emission).__name__} emission); got {shape}."
+        )
     batched = ndim == event_ndim + 2
-    num_steps = jnp.shape(obs)[1 if batched else 0]
+    num_steps = shape[1 if batched else 0]
+    if num_steps == 0 or (batched and shape[0] == 0):
+        raise ValueError(f"`obs` has no observations (shape {shape}).")
+    if batched and num_steps == 1:
+        raise ValueError(
+            f"`obs` of shape {shape} would be read as {shape[0]} sequence(s) of length 1: the "
+            f"{type(emission).__name__} emission's observations have event shape {event}, so {one} is one sequence "
+            f"and {several} is several. For one sequence pass shape {one} (e.g. y[:, 0] or df['col'].to_numpy() "
+            f"instead of df[['col']].values); for several sequences pad them with NaN to a common length T, stack "
+            f"them as {several} and pass `lengths=`."
+        )
     if lengths is not None:
         if not batched:
-            raise ValueError("`lengths` is only meaningful for several sequences: `obs` of shape (N, T, *event).")
-        if jnp.shape(lengths) != (jnp.shape(obs)[0],):
-            raise ValueError(f"`lengths` must have shape (N,) = ({jnp.shape(obs)[0]},), got {jnp.shape(lengths)}.")
-        if is_concrete(lengths):
-            ln = np.asarray(lengths)
-            if not np.issubdtype(ln.dtype, np.integer) or np.any(ln < 1) or np.any(ln > num_steps):
-                raise ValueError(f"`lengths` must be integers in [1, T={num_steps}], got {ln}.")
-        lengths = jnp.asarray(lengths, jnp.int32)
-    return (jnp.shape(obs)[0] if batched else None), num_steps, lengths
+            raise ValueError(f"`lengths` is only meaningful for several sequences: `obs` of shape {several}.")
+        lengths = _check_lengths(lengths, num_steps, shape[0])
+    if is_concrete(obs) and (lengths is None or is_concrete(lengths)):
+        _check_layout_values(emission, obs, lengths, batched, num_steps)
+    return obs, (shape[0] if batched else None), num_steps, lengths
 
 
 def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
@@ -74,8 +152,17 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
 
     with ``K = hmm.max_states``.  ``obs`` is one sequence ``(T, *event)`` or several
     ``(N, T, *event)`` padded to a common ``T`` with ``lengths (N,)``; NaN marks a missing
-    observation (it contributes nothing to the likelihood and is not imputed).  Without ``obs``
-    (prior predictive, ``Predictive``) a sequence of ``hmm.num_steps`` steps is drawn.  The time
+    observation (it contributes nothing to the likelihood and is not imputed).  ``obs`` may be a
+    JAX or NumPy array of any boolean, integer or floating dtype, a (nested) Python list, or a
+    pandas ``Series``/``DataFrame`` (pandas is not required); ``lengths`` likewise.  A shape
+    that could mean two things is refused rather than guessed: ``(N, 1, *event)`` (e.g.
+    ``df[["col"]].values`` for a Categorical or Poisson family) would be ``N`` sequences of one
+    step.  Every check runs here, on concrete data, before any compilation (see
+    ``docs/errors.md``).
+
+    Without ``obs`` (prior predictive, ``Predictive``) a sequence of ``hmm.num_steps`` steps is
+    drawn, or of ``max(lengths)`` steps with ``lengths``, or of :data:`DEFAULT_NUM_STEPS` (100)
+    steps when neither is given (a model written for data, run as ``model(None)``).  The time
     axis is a plate named ``"time"`` (sequences: ``"sequence"``) so that ArviZ labels the
     dimensions.  Every site carries ``infer={"hdphmm_role": ...}`` so kernels can find them.
 
@@ -85,7 +172,7 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
         raise ValueError(f"`hmm` must be a StickyHDPHMM or HDPHMM, got {type(hmm).__name__}.")
     if hmm.batch_shape != ():
         raise ValueError(f"`hmm` must have scalar hyperparameters (batch shape ()), got {hmm.batch_shape}.")
-    num_sequences, num_steps, lengths = _sequence_layout(hmm, obs, lengths)
+    obs, num_sequences, num_steps, lengths = _sequence_layout(hmm, obs, lengths)
     num_states = hmm.max_states
     role = lambda r, **kw: {HDP_ROLE: r, "hdphmm_name": name, **kw}
 

@@ -24,6 +24,10 @@ __all__ = [
     "check_integer",
     "check_positive_definite",
     "check_unit_vectors",
+    "as_data_array",
+    "as_parameter",
+    "default_float_dtype",
+    "check_float_range",
     "host_warning",
 ]
 
@@ -73,8 +77,8 @@ def check_finite(name: str, value, allow_nan: bool = False) -> None:
         v = _np(value)
         bad = np.isinf(v) if allow_nan else ~np.isfinite(v)
         if np.any(bad):
-            what = "infinite" if allow_nan else "non-finite (NaN or infinite)"
-            raise ValueError(f"`{name}` must not contain {what} values.")
+            what = "infinite values (NaN marks a missing observation)" if allow_nan else "non-finite (NaN or infinite) values"
+            raise ValueError(f"`{name}` must not contain {what}.")
 
 
 def check_ndim(name: str, value, ndims, what: str = "") -> None:
@@ -99,8 +103,9 @@ def check_shape(name: str, value, shape, what: str = "") -> None:
         )
 
 
-def check_integer(name: str, value, low=None, high=None, allow_nan: bool = False) -> None:
-    """Raise ``ValueError`` unless entries are integers in ``[low, high)`` (NaN allowed if asked)."""
+def check_integer(name: str, value, low=None, high=None, allow_nan: bool = False, what: str = "") -> None:
+    """Raise ``ValueError`` unless entries are integers in ``[low, high)`` (NaN allowed if asked);
+    ``what`` (e.g. "category indices 0..C-1") is added to the range messages."""
     if not is_concrete(value):
         return
     v = _np(value)
@@ -113,10 +118,11 @@ def check_integer(name: str, value, low=None, high=None, allow_nan: bool = False
         v = v[finite]
     elif not np.issubdtype(v.dtype, np.integer) and v.dtype != bool:
         raise ValueError(f"`{name}` must hold integers, got dtype {v.dtype}.")
+    note = f" ({what})" if what else ""
     if low is not None and np.any(v < low):
-        raise ValueError(f"`{name}` must be >= {low}, got minimum {v.min()}.")
+        raise ValueError(f"`{name}` must be >= {low}{note}, got minimum {v.min()}.")
     if high is not None and np.any(v >= high):
-        raise ValueError(f"`{name}` must be < {high}, got maximum {v.max()}.")
+        raise ValueError(f"`{name}` must be < {high}{note}, got maximum {v.max()}.")
 
 
 def check_positive_definite(name: str, value) -> None:
@@ -145,6 +151,115 @@ def check_unit_vectors(name: str, value, atol: float = 1e-4, allow_nan: bool = F
                 f"`{name}` must hold unit vectors along its last axis (norm 1 within {atol}); "
                 f"got norms between {np.nanmin(norms):.4g} and {np.nanmax(norms):.4g}."
             )
+
+
+# ------------------------------------------------------------------------ user data
+def _is_pandas(value) -> bool:
+    """A pandas Series / DataFrame / Index, recognized without importing pandas."""
+    return type(value).__module__.split(".")[0] == "pandas" and hasattr(value, "to_numpy")
+
+
+def as_data_array(name: str, value):
+    """``value`` as an array that the package can read, or a ``ValueError`` naming ``name``.
+
+    Accepted: JAX arrays (returned unchanged, tracers included), NumPy arrays of any boolean,
+    integer or floating dtype, Python lists/tuples of numbers (nested to any depth, as long as
+    every sequence at one level has the same length), pandas ``Series``/``DataFrame`` (recognized
+    without importing pandas; nullable dtypes with ``pd.NA`` become float with NaN), and anything
+    else ``numpy.asarray`` turns into a numeric array.  Rejected with a message that says what to
+    do: ragged nested lists (sequences of different lengths: pad with NaN, pass ``lengths``),
+    strings / objects / categories (encode as integer codes), complex numbers.
+    """
+    if isinstance(value, jax.Array):
+        _check_numeric_dtype(name, np.dtype(value.dtype))
+        return value
+    if value is None:
+        raise ValueError(f"`{name}` is None; pass an array of observations.")
+    if _is_pandas(value):
+        arr = value.to_numpy()
+        if arr.dtype == object:
+            try:
+                arr = value.to_numpy(dtype=float, na_value=np.nan)
+            except (TypeError, ValueError):
+                pass
+    else:
+        try:
+            arr = np.asarray(value)
+        except ValueError as e:
+            if "inhomogeneous" in str(e) or "sequence" in str(e):
+                raise ValueError(
+                    f"`{name}` is a ragged nested sequence (its sequences have different lengths). Pad them to a "
+                    "common length T with NaN into one array of shape (N, T, ...) and pass the true lengths as "
+                    "`lengths=`."
+                ) from None
+            raise ValueError(f"`{name}` could not be read as a numeric array: {e}") from None
+    _check_numeric_dtype(name, arr.dtype)
+    return arr
+
+
+def _check_numeric_dtype(name: str, dtype) -> None:
+    kind = dtype.kind
+    if kind == "c":
+        raise ValueError(
+            f"`{name}` holds complex numbers (dtype {dtype}); pass real values (e.g. the real and imaginary "
+            "parts as two dimensions of the event)."
+        )
+    if kind not in "biuf":
+        raise ValueError(
+            f"`{name}` must hold numbers (booleans, integers or floats), got dtype {dtype}"
+            + (
+                "; encode categories as integer codes (e.g. `series.cat.codes` or `np.unique(y, return_inverse=True)[1]`)."
+                if kind in "OUSV"
+                else "."
+            )
+        )
+
+
+def as_parameter(name: str, value):
+    """A hyperparameter as given, except that Python lists/tuples and pandas objects become NumPy
+    arrays (through :func:`as_data_array`: non-numeric values raise a ``ValueError`` naming
+    ``name``).  Scalars, NumPy and JAX arrays and tracers pass unchanged (keeping JAX's weak typing
+    of Python scalars)."""
+    if isinstance(value, (list, tuple)) or _is_pandas(value):
+        return as_data_array(name, value)
+    if isinstance(value, np.ndarray):
+        _check_numeric_dtype(name, value.dtype)
+    return value
+
+
+def default_float_dtype():
+    """The floating dtype JAX computes in by default: ``float32``, or ``float64`` with ``jax_enable_x64``."""
+    return np.dtype(jnp.result_type(float))
+
+
+#: the fraction of a dtype's range the package lets data use: room for the products, sums over
+#: time and posterior draws of the samplers (a squared deviation times the number of steps times
+#: the spread of an inverse-Wishart draw)
+FLOAT_HEADROOM = 1e-8
+
+
+_RESCALE = ("Rescale the data (e.g. subtract its mean and divide by its standard deviation; the model is the same "
+            "up to units) or enable")
+
+
+def check_float_range(name: str, what: str, value: float, dtype, low: float = 0.0, rescale: bool = True) -> None:
+    """Raise ``ValueError`` unless the host number ``value`` (a squared deviation, a variance, a
+    sum of counts: something the samplers form in ``dtype``) lies within ``dtype``'s range with
+    :data:`FLOAT_HEADROOM` to spare (below ``finfo.max * FLOAT_HEADROOM``; when ``low > 0``,
+    also at least ``low``).  The message names the argument and the remedies (rescaling the data
+    only when ``rescale``: counts, for one, cannot be rescaled)."""
+    dtype = np.dtype(dtype)
+    info = np.finfo(dtype)
+    high = float(info.max) * FLOAT_HEADROOM
+    if np.isfinite(value) and low <= value <= high:
+        return
+    side = "too large" if not np.isfinite(value) or value > high else "too small"
+    bound = f"at most {high:.3g}" if side == "too large" else f"at least {low:.3g}"
+    raise ValueError(
+        f"`{name}`: {what} is {value:.3g}, {side} for {dtype} arithmetic ({bound}, leaving room for the "
+        f"samplers' sums and products). {_RESCALE if rescale else 'Enable'} 64-bit floats with "
+        "`jax.config.update('jax_enable_x64', True)` at the start of the program."
+    )
 
 
 # ------------------------------------------------------------------------ host-side warnings

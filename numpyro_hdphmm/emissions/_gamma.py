@@ -16,6 +16,7 @@ import numpy as np
 from jax.scipy.special import gammaln, xlogy
 
 from numpyro_hdphmm._core.random import log_gamma
+from numpyro_hdphmm._core.validation import as_parameter
 
 __all__ = [
     "float_dtype",
@@ -43,9 +44,11 @@ def float_dtype(*values):
     return jnp.result_type(*values, float)
 
 
-def as_array(value):
-    """Lists and tuples become numpy arrays (so ``jnp.ndim``/``jnp.shape`` accept them)."""
-    return np.asarray(value) if isinstance(value, (list, tuple)) else value
+def as_array(value, name: str = "value"):
+    """Lists, tuples and pandas objects become numpy arrays (so ``jnp.ndim``/``jnp.shape`` accept
+    them); non-numeric values raise a ``ValueError`` naming ``name``
+    (:func:`~numpyro_hdphmm._core.validation.as_parameter`)."""
+    return as_parameter(name, value)
 
 
 def as_float(value, dtype) -> jax.Array:

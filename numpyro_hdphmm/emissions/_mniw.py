@@ -49,6 +49,7 @@ __all__ = [
     "inverse_wishart_log_density",
     "sample_inverse_wishart",
     "cholesky",
+    "symmetrize",
     "logdet_from_cholesky",
     "check_df",
     "data_moments",
@@ -80,6 +81,11 @@ def _mT(a):
 
 def _sym(a):
     return 0.5 * (a + _mT(a))
+
+
+def symmetrize(a):
+    """``(a + a^T) / 2`` over the trailing two axes."""
+    return _sym(a)
 
 
 def cholesky(a):

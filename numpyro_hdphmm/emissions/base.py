@@ -108,6 +108,12 @@ class EmissionFamily:
         """Batch shape of the hyperparameters: ``()`` for a prior, ``(K,)`` for ``K`` posteriors."""
         raise NotImplementedError
 
+    @property
+    def min_sequence_length(self) -> int:
+        """The shortest sequence the family can model: 1 (an autoregression of order ``p`` needs
+        ``p + 1``); :func:`numpyro_hdphmm.sample` refuses shorter sequences."""
+        return 1
+
     # ------------------------------------------------------------------ data
     def check_observations(self, y, name: str = "obs") -> None:
         """Validate concrete observations ``y`` of shape ``(..., T, *event_shape)``.

@@ -21,7 +21,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, xlogy
 
 from numpyro_hdphmm._core.random import dirichlet
-from numpyro_hdphmm._core.validation import check_integer, check_positive, is_concrete
+from numpyro_hdphmm._core.validation import as_data_array, check_integer, check_positive, is_concrete
 from numpyro_hdphmm.emissions._gamma import as_array, as_float, float_dtype
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
@@ -62,7 +62,7 @@ class Categorical(EmissionFamily):
 
     def __init__(self, num_categories, concentration=1.0):
         C = _check_num_categories(num_categories)
-        concentration = as_array(concentration)
+        concentration = as_array(concentration, "concentration")
         check_positive("concentration", concentration)
         shape = jnp.shape(concentration)
         if len(shape) >= 1 and shape[-1] not in (1, C):
@@ -100,10 +100,12 @@ class Categorical(EmissionFamily):
     # ------------------------------------------------------------------ data
     def check_observations(self, y, name: str = "obs") -> None:
         """Shape ``(..., T)``; integer values in ``[0, C)`` (NaN = missing in float arrays)."""
+        y = as_data_array(name, y)
         if jnp.ndim(y) < 1:
             raise ValueError(f"`{name}` must have shape (..., T), got a scalar.")
         if is_concrete(y):
-            check_integer(name, np.asarray(y), low=0, high=self.num_categories, allow_nan=True)
+            check_integer(name, np.asarray(y), low=0, high=self.num_categories, allow_nan=True,
+                          what=f"category indices 0..{self.num_categories - 1}")
 
     def prepare(self, y):
         """``y (T,) -> (x (T,) int32, valid (T,))``; NaN (float input) -> category 0, invalid."""
@@ -202,9 +204,16 @@ class Categorical(EmissionFamily):
         cannot be inferred from the data, so pass it explicitly when the vocabulary is known.
         ``concentration`` defaults to ``0.5`` (the Jeffreys prior of the multinomial), which
         smooths less than the uniform ``1.0`` when ``C`` is large compared with the number of
-        steps per state.
+        steps per state.  ``data=None`` (no data) needs ``num_categories``.
         """
-        arr = np.asarray(data)
+        if data is None:
+            if num_categories is None:
+                raise ValueError(
+                    "Categorical.weakly_informative(None): without data the number of categories is unknown; "
+                    "pass `num_categories`."
+                )
+            return cls(_check_num_categories(num_categories), concentration)
+        arr = np.asarray(as_data_array("data", data))
         if arr.ndim < 1:
             raise ValueError("`data` must have shape (..., T), got a scalar.")
         high = None if num_categories is None else _check_num_categories(num_categories)

@@ -23,7 +23,13 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
-from numpyro_hdphmm._core.validation import check_finite, check_positive
+from numpyro_hdphmm._core.validation import (
+    as_data_array,
+    check_finite,
+    check_positive,
+    default_float_dtype,
+    is_concrete,
+)
 from numpyro_hdphmm.emissions._gamma import (
     HIGHEST,
     as_array,
@@ -35,11 +41,30 @@ from numpyro_hdphmm.emissions._gamma import (
     gamma_log_prob,
     sample_log_gamma,
 )
+from numpyro_hdphmm.emissions._data import (
+    check_data_spread,
+    check_deviation_range,
+    check_dim,
+    dimension_hint,
+    observed_rows,
+    vector_data,
+)
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
 __all__ = ["DiagonalGaussian"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _sample_normal_gamma(rng_key, loc, mean_precision, concentration, rate, shape):
+    """``precision ~ Gamma(concentration, rate)`` drawn in log space, ``mu ~ N(loc, 1 /
+    (mean_precision precision))``: a dict of two arrays of shape ``shape``."""
+    dtype = jnp.result_type(loc)
+    k1, k2 = jax.random.split(rng_key)
+    log_tau = sample_log_gamma(k1, concentration, rate, shape, dtype)
+    z = jax.random.normal(k2, shape, dtype)
+    mu = loc + z * jnp.exp(-0.5 * (log_tau + jnp.log(mean_precision)))
+    return {"mu": mu, "precision": jnp.exp(log_tau)}
 
 
 @jax.tree_util.register_pytree_node_class
@@ -57,7 +82,9 @@ class DiagonalGaussian(EmissionFamily):
     parameters are ``mu (K, D)`` and ``precision (K, D)`` (inverse variances).
 
     Sufficient statistics are the dict ``{"count", "sum", "sum_sq"}``, each ``(K, D)``: the
-    weighted number of steps, ``sum_t w_tk y_td`` and ``sum_t w_tk y_td^2``.
+    weighted number of steps, ``sum_t w_tk z_td`` and ``sum_t w_tk z_td^2`` of the observations in
+    the prior's frame ``z_td = (y_td - loc_d) / sqrt(rate_d / concentration_d)`` (see
+    :meth:`sufficient_statistics`).
     """
 
     param_names = ("mu", "precision")
@@ -65,7 +92,9 @@ class DiagonalGaussian(EmissionFamily):
     _hyper_names = ("loc", "mean_precision", "concentration", "rate")
 
     def __init__(self, loc, mean_precision=1.0, concentration=1.0, rate=1.0):
-        loc, mean_precision, concentration, rate = map(as_array, (loc, mean_precision, concentration, rate))
+        loc, mean_precision, concentration, rate = (
+            as_array(v, n) for v, n in ((loc, "loc"), (mean_precision, "mean_precision"), (concentration, "concentration"), (rate, "rate"))
+        )
         if jnp.ndim(loc) < 1:
             raise ValueError(
                 f"`loc` must have at least one dimension (shape (D,)), got shape {jnp.shape(loc)}."
@@ -115,14 +144,24 @@ class DiagonalGaussian(EmissionFamily):
 
     # ------------------------------------------------------------------ data
     def check_observations(self, y, name: str = "obs") -> None:
-        """Shape ``(..., T, D)``, real-valued, no infinities (NaN = missing)."""
+        """Shape ``(..., T, D)``, real-valued, no infinities (NaN = missing), and deviations from
+        ``loc`` that fit the family's float type (see :meth:`check_range`)."""
+        y = as_data_array(name, y)
         D = self.event_shape[0]
         if jnp.ndim(y) < 2 or jnp.shape(y)[-1] != D:
             raise ValueError(f"`{name}` must have shape (..., T, {D}), got {jnp.shape(y)}.")
-        dtype = jnp.result_type(y) if isinstance(y, jax.Array) else np.asarray(y).dtype
-        if dtype.kind not in "biuf":
-            raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}.")
         check_finite(name, y, allow_nan=True)
+        self.check_range(y, name)
+
+    def check_range(self, y, name: str = "obs") -> None:
+        """Raise ``ValueError`` (naming ``name``, suggesting to rescale or enable float64) when the
+        largest squared deviation ``(y_td - loc_d)^2`` or the total of the scaled squared deviations
+        ``z_td^2`` (the statistics, :meth:`sufficient_statistics`) exceeds the float type's maximum
+        times :data:`~numpyro_hdphmm._core.validation.FLOAT_HEADROOM`.  Concrete values and prior
+        (batch ``()``) families only."""
+        if is_concrete(y, self.loc, self.rate, self.concentration) and self.batch_shape == ():
+            variance = np.asarray(self.rate, float) / np.asarray(self.concentration, float)
+            check_deviation_range(name, y, self.loc, np.diag(variance), np.dtype(self.loc.dtype), "the prior mean `loc`")
 
     def prepare(self, y):
         """``y (T, D) -> (x (T, D), valid (T,))``: a row with any NaN is a missing step.
@@ -138,55 +177,71 @@ class DiagonalGaussian(EmissionFamily):
         return x, valid
 
     # ------------------------------------------------------------------ conjugate machinery
+    #
+    # Numerics: the closed forms work in the prior's frame ``z_d = (y_d - loc_d) / s_d`` with the
+    # prior scale ``s_d = sqrt(rate_d / concentration_d)`` (the standard deviation of a state whose
+    # precision is the prior mean ``concentration / rate``).  The Normal-Gamma family is closed
+    # under this map: in the frame the prior is ``NG(0, kappa_0, alpha_0, alpha_0)``; the posterior
+    # maps back by ``mu_n = loc + s mu_n'``, ``beta_n = s^2 beta_n'``, and densities gain the
+    # Jacobian ``1 / s_d`` per observed value.  The statistics are O(1) per step for data on the
+    # prior's scale, whatever their offset and units.
+    def _scale(self):
+        """``s (*batch, D)``: the prior scale of the frame."""
+        return jnp.sqrt(self.rate / self.concentration)
+
     def sufficient_statistics(self, x, weights):
-        """``x (T, D)``, ``weights (T, K)`` -> ``{"count", "sum", "sum_sq"}``, each ``(K, D)``."""
+        """``x (T, D)``, ``weights (T, K)`` -> ``{"count", "sum", "sum_sq"}``, each ``(K, D)``: the
+        weighted number of steps and the weighted sums of ``z_td = (x_td - loc_d) / s_d`` and of
+        ``z_td^2`` (the prior's frame, see the comment above; prior of batch shape ``()``)."""
         weights = jnp.asarray(weights)
         dtype = jnp.result_type(x, weights)
-        x = x.astype(dtype)
+        z = ((x.astype(dtype) - self.loc) / self._scale()).astype(dtype)
         weights = weights.astype(dtype)
         count = jnp.sum(weights, axis=0)
-        s1 = jnp.matmul(weights.T, x, precision=HIGHEST)
-        s2 = jnp.matmul(weights.T, x * x, precision=HIGHEST)
+        s1 = jnp.matmul(weights.T, z, precision=HIGHEST)
+        s2 = jnp.matmul(weights.T, z * z, precision=HIGHEST)
         return {"count": jnp.broadcast_to(count[:, None], s1.shape), "sum": s1, "sum_sq": s2}
 
-    def _posterior_hypers(self, stats):
-        """Normal-Gamma update, Murphy (2007) §3.3 eqs. (86)-(89).
+    def _frame_posterior(self, stats):
+        """Normal-Gamma update in the frame, Murphy (2007) §3.3 eqs. (86)-(89) with
+        ``mu_0' = 0``, ``beta_0' = alpha_0``: ``(mu_n', kappa_n, alpha_n, beta_n')``.
 
-        ``beta_n`` is computed from statistics centred at the prior mean ``mu_0``:
-        with ``S = sum w (y - mu_0)`` and ``Q = sum w (y - mu_0)^2``,
-        ``beta_n = beta_0 + (Q - S^2 / kappa_n) / 2``, which equals eq. (89)
-        (``sum (y - ybar)^2 / 2 + kappa_0 n (ybar - mu_0)^2 / (2 kappa_n)``) but needs no
-        division by ``n`` (so ``n = 0`` and fractional weights are fine).  It is clamped below
-        at ``beta_0`` (its exact lower bound, by Cauchy-Schwarz) against round-off.
+        With ``S = sum w z`` and ``Q = sum w z^2``: ``kappa_n = kappa_0 + n``, ``mu_n' = S /
+        kappa_n``, ``alpha_n = alpha_0 + n/2``, ``beta_n' = beta_0' + (Q - S^2 / kappa_n) / 2``,
+        which equals eq. (89) (``sum (z - zbar)^2 / 2 + kappa_0 n zbar^2 / (2 kappa_n)``) without a
+        division by ``n`` (so ``n = 0`` and fractional weights are fine); clamped below at
+        ``beta_0'`` (its exact lower bound, by Cauchy-Schwarz) against round-off.
         """
         n, s1, s2 = stats["count"], stats["sum"], stats["sum_sq"]
-        m0, k0, a0, b0 = self.loc, self.mean_precision, self.concentration, self.rate
+        k0, a0 = self.mean_precision, self.concentration
         kn = k0 + n
-        mn = (k0 * m0 + s1) / kn
+        mn = s1 / kn
         an = a0 + 0.5 * n
-        centred_sum = s1 - n * m0
-        centred_sq = s2 - 2.0 * m0 * s1 + n * m0 * m0
-        bn = jnp.maximum(b0 + 0.5 * (centred_sq - centred_sum * centred_sum / kn), b0)
+        bn = jnp.maximum(a0 + 0.5 * (s2 - s1 * s1 / kn), a0)
         return mn, kn, an, bn
 
     def posterior(self, stats) -> "DiagonalGaussian":
-        """The Normal-Gamma posterior (Murphy 2007 eqs. (86)-(89)); batch shape ``(K,)``."""
-        return self._from_hypers(*self._posterior_hypers(stats))
+        """The Normal-Gamma posterior (Murphy 2007 eqs. (86)-(89)); batch shape ``(K,)``:
+        ``mu_n = loc + s mu_n'``, ``beta_n = s^2 beta_n'`` from the frame."""
+        mn, kn, an, bn = self._frame_posterior(stats)
+        s = self._scale()
+        return self._from_hypers(self.loc + s * mn, kn, an, s * s * bn)
 
     def log_marginal_likelihood(self, stats) -> jax.Array:
         """Murphy (2007) §3.5 eq. (95), summed over dimensions: shape ``(K,)``.
 
         ``log p(D) = sum_d [log Gamma(a_n) - log Gamma(a_0) + a_0 log b_0 - a_n log b_n
         + (log k_0 - log k_n) / 2 - n/2 log(2 pi)]``, with ``n`` the (possibly fractional)
-        weighted count.
+        weighted count; evaluated in the frame (``b_0' = a_0``) plus the Jacobian ``-n log s_d``.
         """
-        _, kn, an, bn = self._posterior_hypers(stats)
+        _, kn, an, bn = self._frame_posterior(stats)
         n = stats["count"]
         per_dim = (
             gamma_log_normalizer(an, bn)
-            - gamma_log_normalizer(self.concentration, self.rate)
+            - gamma_log_normalizer(self.concentration, self.concentration)
             + 0.5 * (jnp.log(self.mean_precision) - jnp.log(kn))
             - 0.5 * n * _LOG_2PI
+            - n * jnp.log(self._scale())
         )
         return jnp.sum(per_dim, axis=-1)
 
@@ -194,17 +249,21 @@ class DiagonalGaussian(EmissionFamily):
         """Student-t posterior predictive, Murphy (2007) §3.6 eq. (100), summed over ``d``.
 
         ``y_d | D ~ t_{2 a_n}(mu_n, b_n (k_n + 1) / (a_n k_n))`` (second argument = squared
-        scale).  ``x (D,)``, returns ``(K,)``.
+        scale), evaluated at ``z = (x - loc) / s`` in the frame minus ``log s_d``.  ``x (D,)``,
+        returns ``(K,)``.
         """
-        mn, kn, an, bn = self._posterior_hypers(stats)
+        mn, kn, an, bn = self._frame_posterior(stats)
+        s = self._scale()
+        z = (x - self.loc) / s
         df = 2.0 * an
         scale_sq = bn * (kn + 1.0) / (an * kn)
-        z2 = (x - mn) ** 2 / (df * scale_sq)
+        z2 = (z - mn) ** 2 / (df * scale_sq)
         per_dim = (
             gammaln(0.5 * (df + 1.0))
             - gammaln(0.5 * df)
             - 0.5 * (jnp.log(df) + math.log(math.pi) + jnp.log(scale_sq))
             - 0.5 * (df + 1.0) * jnp.log1p(z2)
+            - jnp.log(s)
         )
         return jnp.sum(per_dim, axis=-1)
 
@@ -214,12 +273,16 @@ class DiagonalGaussian(EmissionFamily):
         The precision is drawn in log space so that the standard deviation of ``mu`` stays
         finite even when the precision underflows.  Shapes ``sample_shape + (*batch, D)``.
         """
-        shape = tuple(sample_shape) + jnp.shape(self.loc)
-        k1, k2 = jax.random.split(rng_key)
-        log_tau = sample_log_gamma(k1, self.concentration, self.rate, shape, self.loc.dtype)
-        z = jax.random.normal(k2, shape, self.loc.dtype)
-        mu = self.loc + z * jnp.exp(-0.5 * (log_tau + jnp.log(self.mean_precision)))
-        return {"mu": mu, "precision": jnp.exp(log_tau)}
+        return _sample_normal_gamma(rng_key, self.loc, self.mean_precision, self.concentration, self.rate,
+                                    tuple(sample_shape) + jnp.shape(self.loc))
+
+    def sample_posterior(self, rng_key, stats):
+        """``(mu_k, precision_k)`` from each state's Normal-Gamma posterior, drawn in the frame:
+        ``precision = precision' / s^2`` (log space), ``mu = loc + s mu'``.  ``(K, D)`` each."""
+        mn, kn, an, bn = self._frame_posterior(stats)
+        s = self._scale()
+        draw = _sample_normal_gamma(rng_key, mn, kn, an, bn, jnp.shape(mn))
+        return {"mu": self.loc + s * draw["mu"], "precision": draw["precision"] / (s * s)}
 
     def log_prior(self, params) -> jax.Array:
         """``sum_d [log Gamma(tau | alpha, beta) + log N(mu | loc, 1/(kappa tau))]``: ``(K,)``."""
@@ -262,7 +325,7 @@ class DiagonalGaussian(EmissionFamily):
         """A data-scaled prior for ``data (..., T, D)`` (NaN = missing).
 
         With ``m_d`` and ``v_d`` the per-dimension mean and variance of the observed values
-        (``v_d = 1`` when undefined or zero):
+        (``v_d = 1`` when zero: a constant dimension):
 
         * ``loc = m``: states are centred on the data a priori;
         * ``mean_precision = 0.1``: ``mu`` has prior standard deviation ``sqrt(10) ~ 3.2``
@@ -273,19 +336,35 @@ class DiagonalGaussian(EmissionFamily):
 
         Any of ``loc``, ``mean_precision``, ``concentration``, ``rate`` may be overridden; when
         ``concentration`` is given but ``rate`` is not, ``rate = concentration * v``.
+
+        ``data=None`` gives the prior for standardized data (``m = 0``, ``v = 1``) with ``D`` from
+        the ``loc`` override, else the keyword ``dim``, else 1.  Raises ``ValueError`` naming
+        ``data`` for data that cannot scale a prior: a dimension with fewer than two observed
+        values (without a ``rate`` override), infinities, non-numeric values, or a spread beyond
+        the float type's range.
         """
+        dim = overrides.pop("dim", None)
         check_overrides(overrides, cls._hyper_names, "DiagonalGaussian.weakly_informative")
-        if jnp.ndim(data) < 2:
-            raise ValueError(f"`data` must have shape (..., T, D), got {jnp.shape(data)}.")
-        arr = np.asarray(data, dtype=float)
-        check_finite("data", arr, allow_nan=True)
-        flat = arr.reshape(-1, arr.shape[-1])
-        observed = ~np.isnan(flat)
-        count = observed.sum(0)
-        safe = np.where(observed, flat, 0.0)
-        mean = np.where(count > 0, safe.sum(0) / np.maximum(count, 1), 0.0)
-        var = np.where(observed, (flat - mean) ** 2, 0.0).sum(0) / np.maximum(count, 1)
-        var = np.where((count > 1) & (var > 0) & np.isfinite(var), var, 1.0)
+        if data is None:
+            D = check_dim(dim, dimension_hint(overrides, ("loc", -1)))
+            mean, var = np.zeros(D), np.ones(D)
+        else:
+            arr = np.asarray(vector_data(data, dim), dtype=float)
+            observed_rows("data", arr, need=1, event_ndim=0)  # no steps, infinities, all missing
+            flat = arr.reshape(-1, arr.shape[-1])
+            observed = ~np.isnan(flat)
+            count = observed.sum(0)
+            if "rate" not in overrides and np.any(count < 2):
+                d = int(np.argmin(count))
+                raise ValueError(
+                    f"`data` has {int(count[d])} observed value(s) in dimension {d}; the data-scaled prior needs at "
+                    "least two per dimension to estimate a spread. Pass more data, or give `rate` explicitly."
+                )
+            safe = np.where(observed, flat, 0.0)
+            mean = safe.sum(0) / np.maximum(count, 1)
+            var = np.where(observed, (flat - mean) ** 2, 0.0).sum(0) / np.maximum(count, 1)
+            check_data_spread("data", var, default_float_dtype(), "rate" not in overrides)
+            var = np.where(var > 0, var, 1.0)
         concentration = overrides.get("concentration", 1.0)
         return cls(
             loc=overrides.get("loc", mean),

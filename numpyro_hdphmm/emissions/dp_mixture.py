@@ -48,9 +48,8 @@ from numpyro.primitives import Messenger
 
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core import random as draws
-from numpyro_hdphmm._core.random import dirichlet
-from numpyro_hdphmm._core.validation import check_positive
-from numpyro_hdphmm._core.random import categorical
+from numpyro_hdphmm._core.random import categorical, dirichlet
+from numpyro_hdphmm._core.validation import as_parameter, check_positive
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site, state_weights
 from numpyro_hdphmm.emissions.collapsed import CollapsedStatistics, add_to_row, new_state_in_first_free_slot, prior_predictive
 
@@ -203,6 +202,7 @@ class DPMixture(EmissionFamily):
             )
         if "weights" in base_family.param_names:
             raise ValueError("`base_family` must not have a parameter named 'weights' (the mixture weights' name).")
+        concentration = as_parameter("concentration", concentration)
         if jnp.ndim(concentration) != 0:
             raise ValueError(f"`concentration` must be a scalar, got shape {jnp.shape(concentration)}.")
         check_positive("concentration", concentration)
@@ -255,6 +255,10 @@ class DPMixture(EmissionFamily):
         return ()
 
     # ------------------------------------------------------------------ data (delegated)
+    @property
+    def min_sequence_length(self) -> int:
+        return self.base.min_sequence_length
+
     def check_observations(self, y, name: str = "obs") -> None:
         self.base.check_observations(y, name)
 

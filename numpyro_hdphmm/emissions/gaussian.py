@@ -12,10 +12,14 @@ regressor ``x_t = [1]``: ``A = mu[:, None]``, ``K_0 = [[mean_precision]]``.
 The posterior predictive is the exact multivariate Student-t (Murphy 2007 sec. 9).  Fox et al.
 (2011, sticky HDP-HMM) use a moment-matched Gaussian instead; we do not.
 
-Numerics: the statistics are raw (uncentred) weighted moments, so the scatter matrix
-``Psi_n`` is a difference of large terms.  In float32 this loses accuracy when the data mean is
-large relative to its spread (about 10% error in ``Psi_n`` for mean/std ~ 1000 and T ~ 1e4);
-centre the data, or enable float64, in that regime.
+Numerics: the statistics are weighted moments of the observations whitened by the prior,
+``z = L_0^{-1} (y - loc)`` with ``L_0 L_0^T = scale``, and every closed form is evaluated in that
+frame and mapped back exactly (see :meth:`GaussianNIW.sufficient_statistics`).  With a
+data-scaled prior (:meth:`GaussianNIW.weakly_informative`) the computation is therefore
+invariant to the data's offset and units: float32 keeps its accuracy for offsets of 1e5 and
+scales from 1e-5 to 1e8 (tests/emissions/test_numerics.py).  Data that cannot be represented at
+all in the float type (a squared deviation beyond its range) is refused by
+:meth:`GaussianNIW.check_observations` before any sampling, with the remedy.
 """
 
 from __future__ import annotations
@@ -24,15 +28,29 @@ from typing import NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 
 from numpyro_hdphmm._core.validation import (
+    as_data_array,
+    as_parameter,
     check_finite,
     check_positive,
     check_positive_definite,
     check_shape,
+    default_float_dtype,
+    is_concrete,
 )
 from numpyro_hdphmm.emissions import _mniw
+from numpyro_hdphmm.emissions._data import (
+    check_data_spread,
+    check_deviation_range,
+    check_dim,
+    dimension_hint,
+    merge_overrides,
+    observed_rows,
+    vector_data,
+)
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
 __all__ = ["GaussianNIW", "GaussianStats"]
@@ -65,6 +83,9 @@ class GaussianNIW(EmissionFamily):
     _hyper_names = ("loc", "mean_precision", "df", "scale")
 
     def __init__(self, loc, mean_precision, df, scale):
+        loc, mean_precision, df, scale = (
+            as_parameter(n, v) for n, v in (("loc", loc), ("mean_precision", mean_precision), ("df", df), ("scale", scale))
+        )
         dtype = jnp.result_type(float)
         loc = jnp.asarray(loc, dtype)
         if loc.ndim < 1:
@@ -126,10 +147,24 @@ class GaussianNIW(EmissionFamily):
 
     # ------------------------------------------------------------------ data
     def check_observations(self, y, name: str = "obs") -> None:
-        """``y (..., T, D)``: trailing dimension ``D``, no infinities (NaN marks missing)."""
+        """``y (..., T, D)``: trailing dimension ``D``, real numbers, no infinities (NaN marks
+        missing), and values whose whitened deviations from ``loc`` fit the family's float type
+        (:meth:`check_range`)."""
+        y = as_data_array(name, y)
         if jnp.ndim(y) < 2 or jnp.shape(y)[-1] != self.dim:
             raise ValueError(f"`{name}` must have shape (..., T, {self.dim}), got {jnp.shape(y)}.")
         check_finite(name, y, allow_nan=True)
+        self.check_range(y, name)
+
+    def check_range(self, y, name: str = "obs") -> None:
+        """Raise ``ValueError`` (naming ``name``, suggesting to rescale or enable float64) when
+        concrete ``y (..., T, D)`` cannot be represented in the statistics: the largest squared
+        deviation ``|y_t - loc|^2``, or the total ``sum_t |z_t|^2`` of the whitened deviations
+        ``z_t = L_0^{-1} (y_t - loc)`` (``L_0 L_0^T = scale``), must stay below the float type's
+        maximum times :data:`~numpyro_hdphmm._core.validation.FLOAT_HEADROOM`.  Skipped under
+        tracing and for batched (posterior) families."""
+        if is_concrete(y, self.loc, self.scale) and self.batch_shape == ():
+            check_deviation_range(name, y, self.loc, self.scale, np.dtype(self.scale.dtype), "the prior mean `loc`")
 
     def prepare(self, y):
         """``y (T, D) -> (x (T, D), valid (T,))``; a row with any NaN is invalid and set to 0."""
@@ -140,47 +175,84 @@ class GaussianNIW(EmissionFamily):
         return jnp.where(valid[..., None], y, jnp.zeros((), y.dtype)), valid
 
     # ------------------------------------------------------------------ conjugate machinery
-    def sufficient_statistics(self, x, weights) -> GaussianStats:
-        """``(count (K,), sum_y (K, D), sum_yy (K, D, D))`` of ``y - loc``, weighted by ``weights (T, K)``.
+    #
+    # Numerics: every closed form works in the prior's frame ``z = L_0^{-1} (y - loc)`` with
+    # ``L_0 L_0^T = scale`` (Cholesky).  The NIW family is closed under this affine map: the prior
+    # becomes ``NIW(0, kappa_0, nu_0, I)``, the posterior maps back by ``m_n = loc + L_0 m_n'``,
+    # ``Psi_n = L_0 Psi_n' L_0^T``, densities gain the Jacobian ``|L_0|^{-1}`` per observation.  The
+    # statistics are then O(1) per step whatever the data's offset and units (no difference of
+    # large raw moments, no overflow of ``y y^T`` when the data are large but the prior is scaled
+    # to them), and every step is exact algebra.
+    def _frame(self):
+        """``L_0 (..., D, D)``, the lower Cholesky factor of ``scale``."""
+        return _mniw.cholesky(self.scale)
 
-        The moments are centred at the prior mean ``loc`` (``weakly_informative`` puts it at the
-        data mean), so that ``Psi_n`` is not a difference of large raw moments: float32 stays
-        accurate for data far from the origin.  Statistics therefore belong to the family object
-        that computed them (as everywhere in the package: the prior of the model).
+    def _frame_prior(self):
+        """The prior in the frame: ``(M0 = 0 (..., D, 1), K0 (..., 1, 1), nu0 (...), Psi0 = I (..., D, D))``."""
+        eye = jnp.broadcast_to(jnp.eye(self.dim, dtype=self.scale.dtype), self.scale.shape)
+        return (jnp.zeros_like(self.loc)[..., None], self.mean_precision[..., None, None], self.df, eye)
+
+    def _whiten(self, x):
+        """``z = L_0^{-1} (x - loc)`` for ``x (..., D)`` (prior of batch shape ``()``)."""
+        diff = jnp.asarray(x) - self.loc
+        flat = diff.reshape(-1, self.dim)
+        return _mniw.whiten(self._frame(), flat.T).T.reshape(diff.shape)
+
+    def sufficient_statistics(self, x, weights) -> GaussianStats:
+        """``(count (K,), sum_y (K, D), sum_yy (K, D, D))``: weighted sums of the WHITENED
+        observations ``z_t = L_0^{-1} (x_t - loc)`` and of ``z_t z_t^T``, ``weights (T, K)``.
+
+        Statistics belong to the family object that computed them (the prior of the model): they
+        are sums in that prior's frame (see the comment above), additive as ever.
         """
         w = jnp.asarray(weights, jnp.result_type(x))
-        xc = x - self.loc
+        z = self._whiten(x)
         return GaussianStats(
             count=jnp.sum(w, axis=0),
-            sum_y=w.T @ xc,
-            sum_yy=jnp.einsum("tk,ti,tj->kij", w, xc, xc),
+            sum_y=jnp.matmul(w.T, z, precision=jax.lax.Precision.HIGHEST),
+            sum_yy=jnp.einsum("tk,ti,tj->kij", w, z, z, precision=jax.lax.Precision.HIGHEST),
         )
 
-    def _as_centred_mniw(self):
-        """The prior in coordinates centred at ``loc`` (prior mean zero)."""
-        return (jnp.zeros_like(self.loc)[..., None], self.mean_precision[..., None, None], self.df, self.scale)
+    def _frame_posterior(self, stats: GaussianStats):
+        """NIW posterior in the frame (Murphy 2007 eqs. 250-254 via :func:`._mniw.mniw_posterior`):
+        ``(m_n' (K, D, 1), kappa_n (K, 1, 1), nu_n (K,), Psi_n' (K, D, D))``."""
+        return _mniw.mniw_posterior(*self._frame_prior(), self._mniw_stats(stats))
 
     def posterior(self, stats: GaussianStats) -> "GaussianNIW":
-        """NIW posterior (Murphy 2007 eqs. 250-254) in centred coordinates ``y - m_0``:
-        ``kappa_n = kappa_0 + N``, ``m_n = m_0 + sum (y - m_0) / kappa_n``, ``nu_n = nu_0 + N``,
-        ``Psi_n = Psi_0 + sum (y - m_0)(y - m_0)^T - kappa_n (m_n - m_0)(m_n - m_0)^T``, via
-        :func:`._mniw.mniw_posterior`."""
-        Mn, Kn, dfn, Psin = _mniw.mniw_posterior(*self._as_centred_mniw(), self._mniw_stats(stats))
-        return self._from_hyper(self.loc + Mn[..., 0], Kn[..., 0, 0], dfn, Psin, self.dim)
+        """NIW posterior (Murphy 2007 eqs. 250-254): ``kappa_n = kappa_0 + N``, ``nu_n = nu_0 + N``,
+        ``m_n = m_0 + sum (y - m_0) / kappa_n``, ``Psi_n = Psi_0 + sum (y - m_0)(y - m_0)^T -
+        kappa_n (m_n - m_0)(m_n - m_0)^T``; computed in the prior's frame and mapped back."""
+        Mn, Kn, dfn, Psin = self._frame_posterior(stats)
+        L0 = self._frame()
+        loc = self.loc + jnp.einsum("...ij,...j->...i", L0, Mn[..., 0])
+        scale = _mniw.symmetrize(L0 @ Psin @ jnp.swapaxes(L0, -1, -2))
+        return self._from_hyper(loc, Kn[..., 0, 0], dfn, scale, self.dim)
 
     def log_marginal_likelihood(self, stats: GaussianStats) -> jax.Array:
-        """Closed-form evidence (Murphy 2007 sec. 9; :func:`._mniw.mniw_log_marginal`; invariant
-        under the translation to centred coordinates), shape ``(K,)``."""
-        return _mniw.mniw_log_marginal(*self._as_centred_mniw(), self._mniw_stats(stats))
+        """Closed-form evidence (Murphy 2007 sec. 9; :func:`._mniw.mniw_log_marginal`) of the
+        whitened data plus the Jacobian ``-N/2 log|scale|``, shape ``(K,)``."""
+        frame = _mniw.mniw_log_marginal(*self._frame_prior(), self._mniw_stats(stats))
+        return frame - 0.5 * jnp.asarray(stats.count) * _mniw.logdet_from_cholesky(self._frame())
 
     def log_predictive(self, x, stats: GaussianStats) -> jax.Array:
         """Student-t predictive of one ``x (D,)`` (Murphy 2007 sec. 9): dof ``nu_n - D + 1``,
-        location ``m_n``, shape ``Psi_n (kappa_n + 1) / (kappa_n (nu_n - D + 1))``.  ``(K,)``."""
-        post = self.posterior(stats)
-        dof = post.df - self.dim + 1
-        c = (post.mean_precision + 1.0) / (post.mean_precision * dof)
-        shape_chol = _mniw.cholesky(post.scale) * jnp.sqrt(c)[..., None, None]
-        return _mniw.mvt_log_density(x, post.loc, shape_chol, dof)
+        location ``m_n``, shape ``Psi_n (kappa_n + 1) / (kappa_n (nu_n - D + 1))``; evaluated at
+        ``z = L_0^{-1} (x - loc)`` in the frame, minus ``log|scale| / 2``.  ``(K,)``."""
+        Mn, Kn, dfn, Psin = self._frame_posterior(stats)
+        kn = Kn[..., 0, 0]
+        dof = dfn - self.dim + 1
+        c = (kn + 1.0) / (kn * dof)
+        shape_chol = _mniw.cholesky(Psin) * jnp.sqrt(c)[..., None, None]
+        lp = _mniw.mvt_log_density(self._whiten(x), Mn[..., 0], shape_chol, dof)
+        return lp - 0.5 * _mniw.logdet_from_cholesky(self._frame())
+
+    def sample_posterior(self, rng_key, stats: GaussianStats):
+        """``(mu_k, cov_k) ~ NIW(posterior_k)`` for every state: drawn in the frame
+        (:func:`._mniw.mniw_sample`) and mapped back, ``mu = loc + L_0 mu'``, ``cov = L_0 cov' L_0^T``."""
+        Mn, Kn, dfn, Psin = self._frame_posterior(stats)
+        A, cov = _mniw.mniw_sample(rng_key, Mn, Kn, dfn, Psin, tuple(jnp.shape(dfn)))
+        L0 = self._frame()
+        return {"mu": self.loc + jnp.einsum("ij,...j->...i", L0, A[..., 0]), "cov": _mniw.symmetrize(L0 @ cov @ L0.T)}
 
     def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
         """``cov ~ IW(df, scale)`` (Bartlett), ``mu ~ N(loc, cov / mean_precision)``."""
@@ -230,18 +302,34 @@ class GaussianNIW(EmissionFamily):
         of ``Sigma``), ``scale`` = covariance of the valid rows (plus a ``1e-6`` ridge), so that
         ``E[Sigma] = scale / (df - D - 1)`` is the pooled data covariance.  Any constructor
         argument in ``overrides`` replaces the default.
+
+        ``data=None`` (no data, e.g. a prior predictive check of a model whose data argument is
+        ``None``) gives the same prior for *standardized* data: ``loc = 0``, ``scale = I``, with
+        ``D`` from the ``loc`` or ``scale`` override, else the keyword ``dim``, else 1.
+
+        Raises ``ValueError`` (naming ``data``) when the data cannot scale a prior: no observed
+        row (all NaN), fewer than two observed rows without a ``scale`` override, infinities,
+        non-numeric values, or a spread that the float type cannot hold (rescale, or enable
+        float64).  Under tracing (``jit_model_args``) the checks are skipped.
         """
-        data = jnp.asarray(data, jnp.result_type(float))
-        if jnp.ndim(data) < 2:
-            raise ValueError(f"`data` must have shape (..., T, D), got {jnp.shape(data)}.")
+        D = dimension_hint(overrides, ("loc", -1), ("scale", -1))
+        if data is None:
+            D = check_dim(overrides.pop("dim", None), D)
+            dtype = default_float_dtype()
+            kwargs = dict(loc=np.zeros(D, dtype), mean_precision=0.01, df=D + 2.0, scale=np.eye(D, dtype=dtype))
+            return cls(**merge_overrides(kwargs, overrides, "GaussianNIW.weakly_informative"))
+        data = vector_data(data, overrides.pop("dim", None))
         D = data.shape[-1]
-        mean, scale = _weakly_informative_moments(data)
+        if not is_concrete(data):
+            mean, scale = _weakly_informative_moments(jnp.asarray(data, jnp.result_type(float)))
+        else:
+            rows, _ = observed_rows("data", data, need=1 if "scale" in overrides else 2)
+            mean = rows.mean(0)
+            cov = np.cov(rows, rowvar=False).reshape(D, D) if rows.shape[0] > 1 else np.eye(D)
+            check_data_spread("data", np.diag(cov), default_float_dtype(), "scale" not in overrides)
+            scale = _mniw.regularize_scale(jnp.asarray(cov, jnp.result_type(float)))
         kwargs = dict(loc=mean, mean_precision=0.01, df=D + 2.0, scale=scale)
-        unknown = set(overrides) - set(kwargs)
-        if unknown:
-            raise ValueError(f"unknown argument(s) {sorted(unknown)} for GaussianNIW.weakly_informative.")
-        kwargs.update(overrides)
-        return cls(**kwargs)
+        return cls(**merge_overrides(kwargs, overrides, "GaussianNIW.weakly_informative"))
 
 
 @jax.jit

@@ -23,7 +23,13 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
-from numpyro_hdphmm._core.validation import check_integer, check_positive, is_concrete
+from numpyro_hdphmm._core.validation import (
+    as_data_array,
+    check_float_range,
+    check_integer,
+    check_positive,
+    is_concrete,
+)
 from numpyro_hdphmm.emissions._gamma import (
     HIGHEST,
     as_array,
@@ -35,6 +41,7 @@ from numpyro_hdphmm.emissions._gamma import (
     gamma_log_prob,
     sample_log_gamma,
 )
+from numpyro_hdphmm.emissions._data import observed_rows
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
 __all__ = ["Poisson"]
@@ -75,7 +82,7 @@ class Poisson(EmissionFamily):
 
     def __init__(self, concentration=1.0, rate=1.0, event_shape=()):
         event_shape = _check_event_shape(event_shape)
-        concentration, rate = as_array(concentration), as_array(rate)
+        concentration, rate = as_array(concentration, "concentration"), as_array(rate, "rate")
         check_positive("concentration", concentration)
         check_positive("rate", rate)
         named = {"concentration": concentration, "rate": rate}
@@ -120,14 +127,19 @@ class Poisson(EmissionFamily):
 
     # ------------------------------------------------------------------ data
     def check_observations(self, y, name: str = "obs") -> None:
-        """Shape ``(..., T, *event_shape)``; non-negative finite integers (NaN = missing)."""
+        """Shape ``(..., T, *event_shape)``; non-negative finite integers (NaN = missing) whose
+        total fits the float type (the statistics sum them)."""
         n_event = len(self._event_shape)
         shape = tuple(jnp.shape(y))
         if len(shape) < 1 + n_event or shape[len(shape) - n_event :] != self._event_shape:
             expect = "(..., T" + "".join(f", {s}" for s in self._event_shape) + ")"
             raise ValueError(f"`{name}` must have shape {expect}, got {shape}.")
         if is_concrete(y):
-            check_integer(name, np.asarray(y), low=0, allow_nan=True)
+            y = np.asarray(as_data_array(name, y))
+            check_integer(name, y, low=0, allow_nan=True, what="counts")
+            with np.errstate(over="ignore"):
+                total = float(np.nansum(y.astype(float)))
+            check_float_range(name, "the sum of the counts", total, np.dtype(self.rate.dtype), rescale=False)
 
     def prepare(self, y):
         """``y (T, *event) -> (x (T, *event) float, valid (T,))``.
@@ -241,25 +253,33 @@ class Poisson(EmissionFamily):
         """A data-scaled Gamma prior for counts ``data (..., T, *event_shape)`` (NaN = missing).
 
         ``event_shape`` (override, default ``()``) says how many trailing axes are the event.
-        With ``m`` the mean observed count per event entry (``1`` when undefined or zero):
+        With ``m`` the mean observed count per event entry (``1`` when zero):
         ``concentration = 1.0`` and ``rate = concentration / m``, i.e. an exponential prior
         on the Poisson rate with mean ``m`` -- broad (its standard deviation equals its mean)
         yet on the scale of the data.  ``concentration`` and ``rate`` may be overridden; when
         only ``concentration`` is given, ``rate = concentration / m`` keeps the prior mean.
+
+        ``data=None`` gives the prior with ``m = 1``.  Raises ``ValueError`` naming ``data`` when
+        it has no observed count (all NaN), non-integer, negative or non-numeric values.
         """
         check_overrides(overrides, ("concentration", "rate", "event_shape"), "Poisson.weakly_informative")
         event_shape = _check_event_shape(overrides.get("event_shape", ()))
-        arr = np.asarray(data)
-        shape = arr.shape
-        n_event = len(event_shape)
-        if arr.ndim < 1 + n_event or tuple(shape[arr.ndim - n_event :]) != event_shape:
-            raise ValueError(f"`data` must have shape (..., T, *{event_shape}), got {shape}.")
-        check_integer("data", arr, low=0, allow_nan=True)
-        flat = arr.astype(float).reshape((-1,) + event_shape)
-        observed = ~np.isnan(flat)
-        count = observed.sum(0)
-        mean = np.where(observed, flat, 0.0).sum(0) / np.maximum(count, 1)
-        mean = np.where((count > 0) & (mean > 0), mean, 1.0)
+        if data is None:
+            mean = np.ones(event_shape)
+        else:
+            arr = as_data_array("data", data)
+            arr = np.asarray(arr)
+            shape = arr.shape
+            n_event = len(event_shape)
+            if arr.ndim < 1 + n_event or tuple(shape[arr.ndim - n_event :]) != event_shape:
+                raise ValueError(f"`data` must have shape (..., T, *{event_shape}), got {shape}.")
+            check_integer("data", arr, low=0, allow_nan=True)
+            observed_rows("data", arr, need=1, event_ndim=n_event)
+            flat = arr.astype(float).reshape((-1,) + event_shape)
+            observed = ~np.isnan(flat)
+            count = observed.sum(0)
+            mean = np.where(observed, flat, 0.0).sum(0) / np.maximum(count, 1)
+            mean = np.where((count > 0) & (mean > 0), mean, 1.0)
         concentration = overrides.get("concentration", 1.0)
         rate = overrides.get("rate", np.asarray(concentration) / mean)
         return cls(concentration, rate, event_shape)

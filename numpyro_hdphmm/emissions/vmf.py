@@ -30,6 +30,8 @@ from numpyro.distributions.util import validate_sample
 
 from numpyro_hdphmm._core.special import vmf_log_normalizer, vmf_mean_resultant_length
 from numpyro_hdphmm._core.validation import (
+    as_data_array,
+    as_parameter,
     check_finite,
     check_ndim,
     check_positive,
@@ -240,6 +242,10 @@ class VonMisesFisher(EmissionFamily):
     _hyper_names = ("concentration", "prior_mean", "prior_concentration")
 
     def __init__(self, concentration, prior_mean, prior_concentration=1e-2):
+        concentration, prior_mean, prior_concentration = (
+            as_parameter(n, v)
+            for n, v in (("concentration", concentration), ("prior_mean", prior_mean), ("prior_concentration", prior_concentration))
+        )
         check_ndim("concentration", concentration, 0, "the known concentration is a scalar")
         check_positive("concentration", concentration)
         if jnp.ndim(prior_mean) < 1 or jnp.shape(prior_mean)[-1] < 2:
@@ -293,6 +299,7 @@ class VonMisesFisher(EmissionFamily):
     # ------------------------------------------------------------------ data
     def check_observations(self, y, name: str = "obs") -> None:
         """Shape ``(..., T, D)``; unit vectors within 1e-4 (NaN rows = missing); no infinities."""
+        y = as_data_array(name, y)
         shape = tuple(jnp.shape(y))
         if len(shape) < 2 or shape[-1] != self.dim:
             raise ValueError(f"`{name}` must have shape (..., T, {self.dim}), got {shape}.")
@@ -401,7 +408,7 @@ class VonMisesFisher(EmissionFamily):
         return {"mu": emission_site(f"{name}_mu", fn)}
 
     @classmethod
-    def weakly_informative(cls, data, concentration=None, prior_concentration=1e-2) -> "VonMisesFisher":
+    def weakly_informative(cls, data, concentration=None, prior_concentration=1e-2, dim=None) -> "VonMisesFisher":
         """A data-based prior for unit vectors ``data (..., T, D)`` (NaN rows = missing).
 
         * ``prior_mean``: the normalized mean direction of the observed rows (``e_1`` if the
@@ -414,8 +421,20 @@ class VonMisesFisher(EmissionFamily):
           mean resultant length of the pooled data (``r`` clipped to ``[1e-3, 1 - 1e-6]``).
           Pooling states lowers ``r``, so this under-estimates the within-state concentration
           when the states point in different directions; pass ``concentration`` when known.
+
+        ``data=None`` (no data) needs ``dim`` and ``concentration``: the prior mean direction is
+        then ``e_1`` (nearly irrelevant at the default ``prior_concentration``).
         """
-        arr = np.asarray(data, dtype=float)
+        if data is None:
+            if dim is None or concentration is None:
+                raise ValueError(
+                    "VonMisesFisher.weakly_informative(None): without data pass `dim` (the dimension D of the "
+                    "unit vectors) and the known `concentration`."
+                )
+            if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 2:
+                raise ValueError(f"`dim` must be an integer >= 2, got {dim!r}.")
+            return cls(concentration, np.eye(int(dim))[0], prior_concentration)
+        arr = np.asarray(as_data_array("data", data), dtype=float)
         if arr.ndim < 2 or arr.shape[-1] < 2:
             raise ValueError(f"`data` must have shape (..., T, D) with D >= 2, got {arr.shape}.")
         check_finite("data", arr, allow_nan=True)

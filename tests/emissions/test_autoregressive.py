@@ -304,6 +304,14 @@ def test_masks_and_empty_statistics(rng):
     X = _regressors(np.asarray(y), 1, True)
     np.testing.assert_allclose(st_all.sum_xx[0], X.T @ X, rtol=1e-12)
     np.testing.assert_allclose(st_all.sum_yx[0], np.asarray(y).T @ X, rtol=1e-12)
+    # a centred family's statistics are those of the centred targets and regressors (its
+    # presample value is the center: zeros in centred coordinates)
+    c = np.array([0.5, -2.0])
+    cen = AutoRegressive(1, fam.loc, fam.col_precision, fam.df, fam.scale, center=c)
+    st_c = _stats_one(cen, y)
+    Xc = _regressors(np.asarray(y) - c, 1, True)
+    np.testing.assert_allclose(st_c.sum_xx[0], Xc.T @ Xc, rtol=1e-12)
+    np.testing.assert_allclose(st_c.sum_yx[0], (np.asarray(y) - c).T @ Xc, rtol=1e-12)
 
 
 def test_weakly_informative_with_nan_rows(rng):
@@ -316,7 +324,12 @@ def test_weakly_informative_with_nan_rows(rng):
     y[2, 50, 1] = np.nan
     fam = AutoRegressive.weakly_informative(y, order=1)
     assert fam.order == 1 and fam.affine and fam.batch_shape == ()
-    np.testing.assert_array_equal(fam.loc, np.zeros((2, 3)))
+    # centred at the data mean: no dynamics around it (lag blocks 0, intercept = mean)
+    rows = y.reshape(-1, d)
+    mean = rows[~np.isnan(rows).any(1)].mean(0)
+    np.testing.assert_allclose(fam.center, mean, rtol=1e-12)
+    np.testing.assert_allclose(fam.loc, np.concatenate([np.zeros((2, 2)), mean[:, None]], 1), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(fam.loc_centred, np.zeros((2, 3)))
     assert float(fam.df) == d + 2.0
     # the residual covariance of the pooled fit is close to the innovation covariance
     np.testing.assert_allclose(np.diag(fam.scale), [0.09, 0.36], rtol=0.25)
@@ -327,7 +340,8 @@ def test_weakly_informative_with_nan_rows(rng):
     assert np.isfinite(float(fam2.log_marginal_likelihood(stats)[0]))
     with pytest.raises(ValueError, match="bogus"):
         AutoRegressive.weakly_informative(y, bogus=1)
-    assert np.all(np.isfinite(np.asarray(AutoRegressive.weakly_informative(np.full((4, 2), np.nan)).scale)))
+    with pytest.raises(ValueError, match="`data` has no observed value"):
+        AutoRegressive.weakly_informative(np.full((4, 2), np.nan))
 
 
 def test_sample_sites_declare_inverse_wishart_then_matrix_normal(rng):
@@ -358,7 +372,8 @@ def test_jit_vmap_eval_shape_and_unflatten(rng):
     assert stats.sum_xx.shape == (3, 1, 5, 5)
     post_shape = jax.eval_shape(fam.posterior, jax.tree_util.tree_map(lambda a: a[0], stats))
     assert isinstance(post_shape, AutoRegressive) and post_shape.loc.shape == (1, 2, 5) and post_shape.order == 2
-    sentinel = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(fam), [object()] * 4)
+    n_leaves = len(jax.tree_util.tree_leaves(fam))
+    sentinel = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(fam), [object()] * n_leaves)
     assert isinstance(sentinel, AutoRegressive) and sentinel.order == 2
     fams = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), fam)
     out = jax.jit(jax.vmap(lambda f: f.log_marginal_likelihood(jax.tree_util.tree_map(lambda a: a[0], stats))))(fams)

@@ -284,9 +284,10 @@ def test_weakly_informative_with_nan_rows(rng):
     assert float(GaussianNIW.weakly_informative(data, mean_precision=2.0).mean_precision) == 2.0
     with pytest.raises(ValueError, match="bogus"):
         GaussianNIW.weakly_informative(data, bogus=1.0)
-    # constant data and all-missing data still give a valid (positive-definite) prior
+    # constant data still gives a valid (positive-definite) prior; all-missing data cannot scale one
     assert np.all(np.isfinite(np.asarray(GaussianNIW.weakly_informative(np.ones((5, 2))).scale)))
-    assert np.all(np.isfinite(np.asarray(GaussianNIW.weakly_informative(np.full((5, 2), np.nan)).scale)))
+    with pytest.raises(ValueError, match="`data` has no observed value"):
+        GaussianNIW.weakly_informative(np.full((5, 2), np.nan))
 
 
 # ---------------------------------------------------------------------------- NumPyro / JAX

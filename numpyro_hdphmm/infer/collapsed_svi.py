@@ -169,25 +169,36 @@ def scvi_init(rng_key, data: SequenceData, emission, config: SCVIConfig, num_seq
 
     The paper initializes ``E[C]`` and ``E[t]`` "using exponential distributions" (Hoffman et al.
     2013, who draw every topic-word statistic around 1).  Here, for any emission family:
-    ``E[C_jk] ~ Exponential(1)`` independently, and each state's emission statistics are those of
-    one sequence of ``data`` drawn at random ("random examples", as bnpy's ``randexamples``), so
-    that the first local step starts from ``K`` distinct, valid emission posteriors (random soft
-    responsibilities over every step average out to ``K`` nearly equal states, a saddle point the
-    zeroth-order updates leave very slowly).  ``q(pi_tilde_k) = Beta(1, E[gamma])``, ``q(alpha)``
+    ``E[C_jk] = 1`` (uniform surrogate transitions: random ``Exponential(1)`` counts give the first
+    local step strong random non-sticky preferences, and on simulated sticky HMMs led to
+    alternating-state local optima in 6 of 6 seeds, against 2 of 8 with uniform transitions,
+    both failures two windows on one regime), and each state's emission statistics are those of
+    a random window of ``ceil(T / 5)`` consecutive steps of a sequence of ``data`` drawn at random
+    (random segments, as bnpy's ``randexamples`` with sequences cut short), so that the first local
+    step starts from ``K`` distinct, valid emission posteriors.  Random soft responsibilities over
+    every step average out to ``K`` nearly equal states, a saddle point the zeroth-order updates
+    leave very slowly; whole sequences (several regimes each) gave worse local optima on simulated
+    sticky HMMs (wrong partition in 6 of 6 seeds against 2 of 6 with windows).  ``q(pi_tilde_k) = Beta(1, E[gamma])``, ``q(alpha)``
     and ``q(gamma)`` start at their priors and ``G[alpha pi_k]`` at ``transition_prior`` (the
     paper's 0.1 "for the first iteration").  With ``rho_0 = 1`` (``tau = 1``) the first update
     replaces ``E[C]`` and ``E[t]`` by (scaled) data statistics.
     """
-    k_trans, k_pick, k_order = random.split(rng_key, 3)
+    k_pick, k_order = random.split(rng_key)
     K = config.num_states
     x, valid = data.x, data.valid
     M, T = valid.shape
     dtype = jnp.result_type(float)
-    pick = random.choice(k_pick, M, (K,), replace=M < K)
-    resp = (jnp.arange(M)[:, None] == pick[None, :]).astype(dtype)  # (M, K): state k <- sequence pick[k]
-    weights = (valid.astype(dtype)[..., None] * resp[:, None, :]).reshape(M * T, K)
+    k_seq, k_start = random.split(k_pick)
+    pick = random.choice(k_seq, M, (K,), replace=M < K)
+    width = max(1, -(-T // 5))  # static: a fifth of the padded length
+    room = jnp.maximum(data.lengths[pick] - width, 0)  # (K,) last admissible start
+    start = jnp.floor(random.uniform(k_start, (K,), dtype) * (room + 1)).astype(jnp.int32)
+    steps = jnp.arange(T)[:, None]
+    window = (steps >= start[None, :]) & (steps < start[None, :] + width)  # (T, K)
+    resp = (jnp.arange(M)[:, None, None] == pick[None, None, :]) & window[None]  # (M, T, K)
+    weights = (valid[..., None] & resp).astype(dtype).reshape(M * T, K)
     stats = emission.sufficient_statistics(flatten_time(x), weights)
-    counts = random.exponential(k_trans, (K + 1, K), dtype)
+    counts = jnp.ones((K + 1, K), dtype)
     priors = config.priors
     one = jnp.ones((), dtype)
     a_shape, a_rate = (priors.alpha if priors.alpha is not None else (config.alpha, 1.0))
@@ -500,6 +511,12 @@ class CollapsedSVI:
     def config(self) -> Optional[SCVIConfig]:
         """The :class:`SCVIConfig` of the pure core (after :meth:`init`)."""
         return self._config
+
+    @property
+    def emission(self):
+        """The emission family found by :meth:`init`, with the model's hyperparameters (the family
+        whose statistics the state holds; the ``emission`` argument of :func:`scvi_update`)."""
+        return self._emission
 
     def _check_spec(self, spec: ModelSpec, emission) -> None:
         name = "CollapsedSVI"

@@ -20,7 +20,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import cvi
 from numpyro_hdphmm._core.hmm import hmm_filter
 from numpyro_hdphmm.infer import CollapsedSVI, CollapsedSVIState, RobbinsMonro
-from numpyro_hdphmm.infer.collapsed_svi import Minibatch, scvi_update
+from numpyro_hdphmm.infer.collapsed_svi import Minibatch, length_strata, scvi_update
 from numpyro_hdphmm.infer.discovery import SequenceData
 
 E = nh.emissions
@@ -111,14 +111,14 @@ def test_reference_smoother_matches_enumeration():
 K_TRUE, C_SIM, PRIOR, EMIT_CONC = 3, 6, 0.1, 0.5
 
 
-def batch_cvb0_iteration(trans_counts, emit_counts, y, lengths):
+def batch_cvb0_iteration(trans_counts, emit_counts, y, lengths, prior=PRIOR):
     """One batch zeroth-order collapsed iteration of the finite HMM, written from eqs. 9-12 with
     rho = 1 and the given sequences as the data set: ``theta_hat_jk = (a + E[C_jk]) / sum_l (a +
-    E[C_jl])``, ``phi_hat_kw = (b + E[n_kw]) / (W b + E[n_k.])``, ``q(z^n)`` by the reference
+    E[C_jl])`` (``a = prior``, scalar or ``(K,)``), ``phi_hat_kw = (b + E[n_kw]) / (W b + E[n_k.])``, ``q(z^n)`` by the reference
     forward-backward, the sequences' own counts not subtracted, and the new statistics the sums of
     the sequences' expected counts.  Returns ``(counts, emission counts, sum_n log Z_n)``."""
     K = trans_counts.shape[1]
-    theta = (PRIOR + trans_counts) / np.sum(PRIOR + trans_counts, -1, keepdims=True)
+    theta = (prior + trans_counts) / np.sum(prior + trans_counts, -1, keepdims=True)
     phi = (EMIT_CONC + emit_counts) / np.sum(EMIT_CONC + emit_counts, -1, keepdims=True)
     new_c, new_e, total = np.zeros((K + 1, K)), np.zeros((K, emit_counts.shape[1])), 0.0
     for seq, L in zip(y, lengths):
@@ -533,3 +533,50 @@ print("DIFF", float(np.max(np.abs(out[0] - out[1]))))
     assert res.returncode == 0, res.stderr[-2000:]
     diff = float(res.stdout.split("DIFF")[-1])
     assert diff < 1e-8, diff
+
+
+def test_length_strata_partition():
+    """The length strata partition the sequences, each padded to a width that holds its members,
+    with per-minibatch sizes ``M_b ~ M N_b / N`` (the weights ``N_b / M_b`` of the unbiased
+    estimate)."""
+    lengths = np.random.default_rng(0).integers(5, 200, size=500)
+    strata = length_strata(lengths, 50, 200, max_strata=3)
+    assert 1 < len(strata) <= 3
+    members = np.concatenate([s.indices for s in strata])
+    np.testing.assert_array_equal(np.sort(members), np.arange(500))
+    for s in strata:
+        assert np.all(lengths[s.indices] <= s.width) and s.num_sequences == s.indices.size
+        assert abs(s.batch_size - 50 * s.num_sequences / 500) <= 1
+    assert sum(s.width * s.num_sequences for s in strata) < 0.8 * 200 * 500  # measured 77344 against 100000
+    (only,) = length_strata(lengths, 50, 200, max_strata=1)
+    assert only.width == 200 and only.batch_size == 50
+
+
+@pytest.mark.slow
+def test_full_batch_update_hdp(simulated):
+    """SCVI-HDP, full batch, rho = 1: the local step uses the pseudo-counts ``G[alpha pi_k]`` of the
+    current q (eq. 9 with a non-symmetric prior, against the independent iteration), and the new
+    top-level q is ``hdp_update`` of the batch's statistics (App. B, ``R = N / N = 1``)."""
+    (y, lengths, _, _), _ = simulated
+    svi = CollapsedSVI(sim_model, num_states=K_TRUE, step_size=1.0)
+    state = svi.init(jax.random.key(0), y, lengths)
+    rng = np.random.default_rng(1)
+    trans_counts = rng.exponential(size=(K_TRUE + 1, K_TRUE)) * 30
+    emit_counts = rng.exponential(size=(K_TRUE, C_SIM)) * 30
+    pseudo = np.array([0.5, 0.2, 0.05])
+    state = state._replace(transition_counts=jnp.asarray(trans_counts), hdp=state.hdp._replace(pseudo_counts=jnp.asarray(pseudo)),
+                           emission_stats={"counts": jnp.asarray(emit_counts), "total": jnp.sum(emit_counts, -1)})
+    new, _ = svi.update(state, y, lengths)
+    ref_c, ref_e, _ = batch_cvb0_iteration(trans_counts, emit_counts, y, lengths, prior=pseudo)
+    np.testing.assert_allclose(new.transition_counts, ref_c, rtol=1e-9)
+    np.testing.assert_allclose(new.emission_stats["counts"], ref_e, rtol=1e-9, atol=1e-9)
+    log_trans = cvi.log_mean_transitions(jnp.asarray(pseudo), jnp.asarray(trans_counts))
+    log_emit = jnp.log((EMIT_CONC + emit_counts) / np.sum(EMIT_CONC + emit_counts, -1, keepdims=True))
+    valid = jnp.arange(y.shape[1]) < jnp.asarray(lengths)[:, None]
+    local = cvi.expected_counts(log_trans, log_emit.T[y], valid, jnp.asarray(lengths), pair_statistics=True)
+    ref_q = cvi.hdp_update(state.hdp, svi.config.priors, jnp.sum(local.transition_counts, 0),
+                           jnp.sum(local.log_no_transition, 0), jnp.sum(local.log_no_departure, 0), 1.0, 1.0,
+                           alpha=svi.config.alpha, gamma=svi.config.gamma)
+    for got, ref in zip(new.hdp, ref_q):
+        np.testing.assert_allclose(got, ref, rtol=1e-9)
+    assert int(new.hdp_step) == 1

@@ -18,7 +18,7 @@ from scipy.special import digamma
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import cvi
-from numpyro_hdphmm._core.hmm import hmm_filter
+from numpyro_hdphmm._core.hmm import hmm_filter, hmm_smoother_fast
 from numpyro_hdphmm.infer import CollapsedSVI, CollapsedSVIState, RobbinsMonro
 from numpyro_hdphmm.infer.collapsed_svi import Minibatch, length_strata, scvi_update
 from numpyro_hdphmm.infer.discovery import SequenceData
@@ -70,6 +70,29 @@ def test_local_step_matches_enumeration():
         np.testing.assert_allclose(out.log_no_transition[n][:K], np.sum(np.log1p(-pairs[1:]), 0), atol=1e-10)
         np.testing.assert_allclose(out.log_no_transition[n][K], np.log1p(-marg[0]), atol=1e-10)
         np.testing.assert_allclose(out.log_no_departure[n][:K], np.sum(np.log1p(-marg[:L - 1]), 0), atol=1e-10)
+
+
+def test_local_step_log_space_fallback_matches_enumeration():
+    """When the rescaled forward pass underflows (state 0 nearly absorbing, then an observation
+    that rules it out, ``exp(-800)``), ``hmm_smoother_fast`` reports ``ok = False`` and
+    ``expected_counts`` takes the log-space smoother for the batch: still exact."""
+    K, T = 3, 5
+    log_trans = np.log(np.array([[1 - 2e-300, 1e-300, 1e-300], [0.3, 0.4, 0.3], [0.3, 0.3, 0.4],
+                                 [1 - 2e-300, 1e-300, 1e-300]]))
+    log_lik = np.zeros((2, T, K))
+    log_lik[:, 2, 0] = -800.0
+    lengths = np.array([5, 3])
+    mask = jnp.asarray(np.arange(T) < lengths[:, None])
+    fast = hmm_smoother_fast(log_trans[K], log_trans[:K], jnp.asarray(log_lik), mask=mask, length=jnp.asarray(lengths))
+    assert not np.any(np.asarray(fast.ok))
+    out = cvi.expected_counts(jnp.asarray(log_trans), jnp.asarray(log_lik), mask, jnp.asarray(lengths),
+                              pair_statistics=True)
+    for n, L in enumerate(lengths):
+        log_z, marg, counts, pairs = enumerate_hmm(log_trans, log_lik[n], L)
+        np.testing.assert_allclose(out.log_normalizer[n], log_z, rtol=1e-12)
+        np.testing.assert_allclose(out.marginals[n], marg, atol=1e-12)
+        np.testing.assert_allclose(out.transition_counts[n], counts, atol=1e-12)
+        np.testing.assert_allclose(out.log_no_transition[n][:K], np.sum(np.log1p(-pairs[1:]), 0), atol=1e-12)
 
 
 # ------------------------------------------------------- one update = one batch CVB0 iteration

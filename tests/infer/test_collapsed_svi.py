@@ -49,6 +49,24 @@ def enumerate_hmm(log_trans, log_lik, length):
     return float(log_z), marg, counts, pairs
 
 
+def assert_local_step_exact(log_trans, log_lik, lengths, mask, atol):
+    """``expected_counts`` on a batch equals :func:`enumerate_hmm` sequence by sequence: log
+    normalizers, node marginals, expected counts (summing to the length) and the eq. 21/25
+    statistics (start rows included)."""
+    K = log_lik.shape[-1]
+    out = cvi.expected_counts(jnp.asarray(log_trans), jnp.asarray(log_lik), mask, jnp.asarray(lengths),
+                              pair_statistics=True)
+    for n, L in enumerate(lengths):
+        log_z, marg, counts, pairs = enumerate_hmm(log_trans, log_lik[n], L)
+        np.testing.assert_allclose(out.log_normalizer[n], log_z, rtol=1e-10)
+        np.testing.assert_allclose(out.marginals[n], marg, atol=atol)
+        np.testing.assert_allclose(out.transition_counts[n], counts, atol=atol)
+        np.testing.assert_allclose(np.sum(out.transition_counts[n]), L, rtol=1e-12)
+        np.testing.assert_allclose(out.log_no_transition[n][:K], np.sum(np.log1p(-pairs[1:]), 0), atol=atol)
+        np.testing.assert_allclose(out.log_no_transition[n][K], np.log1p(-marg[0]), atol=atol)
+        np.testing.assert_allclose(out.log_no_departure[n][:K], np.sum(np.log1p(-marg[:L - 1]), 0), atol=atol)
+
+
 def test_local_step_matches_enumeration():
     """``expected_counts``: log normalizers, node marginals, expected transition counts (start row
     included) and the eq. 21/25 statistics equal brute-force enumeration; counts sum to the lengths.
@@ -59,17 +77,7 @@ def test_local_step_matches_enumeration():
     log_lik = np.log(rng.uniform(0.05, 1.0, size=(2, T, K)))
     lengths = np.array([5, 3])
     mask = np.arange(T) < lengths[:, None]
-    out = cvi.expected_counts(jnp.asarray(log_trans), jnp.asarray(log_lik), jnp.asarray(mask), jnp.asarray(lengths),
-                              pair_statistics=True)
-    for n, L in enumerate(lengths):
-        log_z, marg, counts, pairs = enumerate_hmm(log_trans, log_lik[n], L)
-        np.testing.assert_allclose(out.log_normalizer[n], log_z, rtol=1e-10)
-        np.testing.assert_allclose(out.marginals[n], marg, atol=1e-10)
-        np.testing.assert_allclose(out.transition_counts[n], counts, atol=1e-10)
-        np.testing.assert_allclose(np.sum(out.transition_counts[n]), L, rtol=1e-12)
-        np.testing.assert_allclose(out.log_no_transition[n][:K], np.sum(np.log1p(-pairs[1:]), 0), atol=1e-10)
-        np.testing.assert_allclose(out.log_no_transition[n][K], np.log1p(-marg[0]), atol=1e-10)
-        np.testing.assert_allclose(out.log_no_departure[n][:K], np.sum(np.log1p(-marg[:L - 1]), 0), atol=1e-10)
+    assert_local_step_exact(log_trans, log_lik, lengths, jnp.asarray(mask), atol=1e-10)
 
 
 def test_local_step_log_space_fallback_matches_enumeration():
@@ -85,14 +93,7 @@ def test_local_step_log_space_fallback_matches_enumeration():
     mask = jnp.asarray(np.arange(T) < lengths[:, None])
     fast = hmm_smoother_fast(log_trans[K], log_trans[:K], jnp.asarray(log_lik), mask=mask, length=jnp.asarray(lengths))
     assert not np.any(np.asarray(fast.ok))
-    out = cvi.expected_counts(jnp.asarray(log_trans), jnp.asarray(log_lik), mask, jnp.asarray(lengths),
-                              pair_statistics=True)
-    for n, L in enumerate(lengths):
-        log_z, marg, counts, pairs = enumerate_hmm(log_trans, log_lik[n], L)
-        np.testing.assert_allclose(out.log_normalizer[n], log_z, rtol=1e-12)
-        np.testing.assert_allclose(out.marginals[n], marg, atol=1e-12)
-        np.testing.assert_allclose(out.transition_counts[n], counts, atol=1e-12)
-        np.testing.assert_allclose(out.log_no_transition[n][:K], np.sum(np.log1p(-pairs[1:]), 0), atol=1e-12)
+    assert_local_step_exact(log_trans, log_lik, lengths, mask, atol=1e-12)
 
 
 # ------------------------------------------------------- one update = one batch CVB0 iteration

@@ -75,6 +75,8 @@ __all__ = [
     "hmm_posterior_sample",
     "hmm_posterior_sample_fast",
     "hmm_smoother",
+    "hmm_smoother_fast",
+    "HMMSmootherFast",
     "hmm_viterbi",
     "hmm_marginal_loglik",
 ]
@@ -515,13 +517,17 @@ def _backward_messages_parallel(p: _Prepared):
 
 
 def _smoother_single(p: _Prepared, method):
-    T, K = p.lem.shape
     if method == "sequential":
         log_filtered, log_normalizers, _, ok = _forward_sequential(p)
         log_beta = _backward_messages_sequential(p)
     else:
         log_filtered, log_normalizers = _forward_parallel(p)
         log_beta = _backward_messages_parallel(p)
+    return _smoothed(p, log_filtered, log_normalizers, log_beta)
+
+
+def _smoothed(p: _Prepared, log_filtered, log_normalizers, log_beta) -> HMMPosterior:
+    """Smoothed marginals and expected transition counts from the forward and backward messages."""
     log_smoothed, _ = _normalize_log(log_filtered + log_beta)
     # expected transition counts: xi_t(i, j) prop. to f_{t-1}(i) A_t(i, j) e_t(j) beta_t(j)
     at, r = _row_scaled(p.log_a)
@@ -898,6 +904,45 @@ def hmm_smoother(log_initial_probs, log_transition_matrix, log_likelihoods, mask
     method = _resolve_method(method, info["T"], info["K"])
     fn = _smoother_jit_seq if method == "sequential" else _smoother_jit_par
     return _run_batched(fn, info, args, flags)
+
+
+class HMMSmootherFast(NamedTuple):
+    r"""Result of :func:`hmm_smoother_fast`: the fields of :class:`HMMPosterior`, the filtered
+    marginals ``log_filtered (..., T, K)`` (:class:`HMMFilter`) and ``ok (...)``: False where the
+    rescaled forward pass underflowed (then the other fields must not be used)."""
+
+    log_filtered: jax.Array
+    log_smoothed: jax.Array
+    marginal_loglik: jax.Array
+    expected_transition_counts: jax.Array
+    ok: jax.Array
+
+
+def _smoother_fast_single(log_init, log_a, ll, mask, length):
+    p = _prepare(log_init, log_a, ll, mask, length)
+    probs, lz, ok = _forward_sequential_fast(p)
+    log_filtered = jnp.log(probs)
+    post = _smoothed(p, log_filtered, lz, _backward_messages_sequential(p))
+    return HMMSmootherFast(log_filtered, post.log_smoothed, post.marginal_loglik, post.expected_transition_counts, ok)
+
+
+_smoother_fast_jit = jax.jit(_smoother_fast_single)
+
+
+def hmm_smoother_fast(log_initial_probs, log_transition_matrix, log_likelihoods, mask=None,
+                      length=None) -> HMMSmootherFast:
+    r"""Forward-backward smoothing without the exact log-space fallback (sequential method).
+
+    The smoother of :func:`hmm_smoother` over the rescaled probability-space forward pass only,
+    which also returns the filtered marginals; ``ok`` is False when a step's normalizer underflowed
+    (see the module docstring).  Like :func:`hmm_posterior_sample_fast`, it has no data-dependent
+    branch, so a batch of sequences (``jax.vmap``) costs one pass per sequence where
+    :func:`hmm_smoother`'s ``lax.cond`` would become a ``select`` that runs both; a caller checks
+    ``ok`` and falls back to :func:`hmm_smoother` for the whole batch only when needed.
+    Arguments as in :func:`hmm_filter`.
+    """
+    info, args, flags = _standard_args(log_initial_probs, log_transition_matrix, log_likelihoods, mask, length)
+    return _run_batched(_smoother_fast_jit, info, args, flags)
 
 
 @jax.jit

@@ -353,3 +353,29 @@ def regularize_scale(cov):
     cov = jnp.where(bad, jnp.eye(D, dtype=cov.dtype), cov)
     level = jnp.where(bad, 1.0, level)
     return _sym(cov) + 1e-6 * level * jnp.eye(D, dtype=cov.dtype)
+
+
+def mniw_expected_log_likelihood(y, x, loc_n, col_precision_n, df_n, scale_n):
+    """``E_q[log N(y_t | A x_t, Sigma)]`` under ``q(A, Sigma) = MNIW(M_n, K_n, nu_n, Psi_n)`` for every
+    step and state: ``y (T, D)``, ``x (T, m)``, hyperparameters with batch ``(K,)`` -> ``(T, K)``.
+
+    With ``Sigma ~ IW(nu, Psi)`` and ``A | Sigma ~ MN(M, Sigma, K^{-1})`` (Beal 2003 ch. 5; Bishop
+    2006 eqs. 10.64-10.65 for the NIW case)::
+
+        E[log|Sigma|] = log|Psi| - D log 2 - sum_{i=1}^{D} psi((nu + 1 - i) / 2)
+        E[(y - A x)^T Sigma^{-1} (y - A x)] = nu (y - M x)^T Psi^{-1} (y - M x) + D x^T K^{-1} x
+
+    and ``E[log N] = -D/2 log(2 pi) - E[log|Sigma|]/2 - E[quadratic form]/2``.
+    """
+    from jax.scipy.special import digamma
+
+    D = jnp.shape(scale_n)[-1]
+    chol_psi = cholesky(scale_n)  # (K, D, D)
+    e_logdet = (logdet_from_cholesky(chol_psi) - D * _LOG_2
+                - jnp.sum(digamma(0.5 * (df_n[..., None] - jnp.arange(D, dtype=scale_n.dtype))), axis=-1))
+    resid = y.T[None] - jnp.einsum("kdm,tm->kdt", loc_n, x)  # (K, D, T)
+    maha = jnp.sum(jnp.square(whiten(chol_psi, resid)), axis=-2)  # (K, T)
+    lev = jnp.sum(jnp.square(whiten(cholesky(col_precision_n), jnp.broadcast_to(x.T, (loc_n.shape[0],) + x.T.shape))),
+                  axis=-2)  # x^T K^{-1} x, (K, T)
+    quad = df_n[:, None] * maha + D * lev
+    return (-0.5 * D * _LOG_2PI - 0.5 * e_logdet[:, None] - 0.5 * quad).T

@@ -409,6 +409,14 @@ class AutoRegressive(EmissionFamily):
         _, ys = jax.lax.scan(step, init, (states, eps))
         return ys
 
+    # ------------------------------------------------------------------ expected statistics
+    def expected_log_likelihoods(self, x, stats: MNIWStats) -> jax.Array:
+        """``E_q[log N(y_t | A_k x_t, cov_k)]`` under the MNIW posterior
+        (:func:`._mniw.mniw_expected_log_likelihood`): ``x = ARInputs(y (T, D), regressor (T, m))`` ->
+        ``(T, K)``."""
+        post = self.posterior(stats)
+        return _mniw.mniw_expected_log_likelihood(x.y, x.regressor, *post._hyper())
+
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
         """``{name}_cov ~ InverseWishart(df, scale)`` then ``{name}_A ~ MatrixNormal(loc, cov,

@@ -206,6 +206,43 @@ class EmissionFamily:
         """
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ expected statistics
+    # Variational inference (numpyro_hdphmm.infer.CollapsedSVI) keeps *expected* statistics: the
+    # :meth:`sufficient_statistics` of soft weights ``weights[t, k] = q(z_t = k)`` (fractional
+    # counts), averaged over minibatches.  Statistics are sums over time, so they average and
+    # scale linearly.  The posterior given such statistics is the variational posterior of the
+    # parameters, ``q(theta_k) = p(theta | stats_k, lambda)``; the two methods below are what a
+    # local step needs of it.
+
+    def predictive_log_likelihoods(self, x, stats) -> jax.Array:
+        """``(T, K)`` log posterior predictive ``log p(x_t | stats_k) = log E_q[f(x_t | theta_k)]``
+        of every step given each state's (expected, possibly fractional) statistics.
+
+        This is the zeroth-order collapsed emission term of stochastic collapsed variational
+        inference (Wang & Blunsom 2014, eq. 10: ``phi_hat_k(w) ∝ h(w) exp{a_g(lambda_1 + t(w) +
+        E[t_k], lambda_2 + 1 + E[C_k])}``, normalized over ``w``), and the plug-in emission of the
+        held-out predictive.  ``x`` from :meth:`prepare` (leading axis ``T``).  Default:
+        :meth:`log_predictive` mapped over time (the posterior does not depend on ``x`` and is
+        computed once); families override it with a cheaper closed form where there is one.
+        """
+        if not self.conjugate:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no closed-form posterior predictive given expected statistics."
+            )
+        return jax.vmap(lambda xt: self.log_predictive(xt, stats))(x)
+
+    def expected_log_likelihoods(self, x, stats) -> jax.Array:
+        """``(T, K)`` ``E_q[log f(x_t | theta_k)]`` under ``q(theta_k) = p(theta | stats_k, lambda)``.
+
+        The local step of uncollapsed (mean-field) stochastic variational inference (Hoffman et al.
+        2013; Foti et al. 2014 for HMMs): ``q(z)`` is an HMM with emissions ``exp E_q[log f]``.
+        ``x`` from :meth:`prepare`.  Every conjugate family implements the closed form.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement expected_log_likelihoods (needed by uncollapsed "
+            "stochastic variational inference)."
+        )
+
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int) -> Params:
         """Declare the emission parameters as NumPyro sample sites ``f"{name}_{p}"``.

@@ -189,6 +189,22 @@ class Categorical(EmissionFamily):
         log_p = jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
         return jax.random.categorical(rng_key, log_p, axis=-1)
 
+    # ------------------------------------------------------------------ expected statistics
+    def predictive_log_likelihoods(self, x, stats) -> jax.Array:
+        """``log (alpha_{x_t} + n_{k x_t}) / (sum_c alpha_c + n_k)`` (MLAPP eq. (3.51); Wang & Blunsom
+        eq. 10 for the Dirichlet-categorical), one ``(K, C)`` table gathered by ``x (T,)`` -> ``(T, K)``."""
+        conc = self.concentration + stats["counts"]
+        log_p = jnp.log(conc) - jnp.log(jnp.sum(conc, -1, keepdims=True))
+        return jnp.take(log_p.T, x, axis=0)
+
+    def expected_log_likelihoods(self, x, stats) -> jax.Array:
+        """``E_q[log probs_{k x_t}] = psi(alpha_{x_t} + n_{k x_t}) - psi(sum_c alpha_c + n_kc)`` under
+        ``q(probs_k) = Dir(alpha + n_k)`` (Blei et al. 2003 eq. 8 form), ``x (T,)`` -> ``(T, K)``."""
+        digamma = jax.scipy.special.digamma
+        conc = self.concentration + stats["counts"]
+        e_log = digamma(conc) - digamma(jnp.sum(conc, -1, keepdims=True))
+        return jnp.take(e_log.T, x, axis=0)
+
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
         """Site ``f"{name}_probs"``: ``Dirichlet``, batch ``(K,)``, event ``(C,)``."""

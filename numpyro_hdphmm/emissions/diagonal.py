@@ -305,6 +305,17 @@ class DiagonalGaussian(EmissionFamily):
         tau = params["precision"][states]
         return mu + jax.random.normal(rng_key, mu.shape, mu.dtype) * jax.lax.rsqrt(tau)
 
+    # ------------------------------------------------------------------ expected statistics
+    def expected_log_likelihoods(self, x, stats) -> jax.Array:
+        """``E_q[log N(x_t | mu_k, 1/precision_k)]`` under the Normal-Gamma posterior
+        (``tau ~ Gamma(a_n, b_n)``, ``mu | tau ~ N(m_n, 1/(k_n tau))``; Bishop 2006 eq. 10.46 form):
+        ``sum_d [(psi(a_n) - log b_n - log 2 pi) / 2 - (a_n / b_n (x - m_n)^2 + 1 / k_n) / 2]``,
+        ``x (T, D)`` -> ``(T, K)``."""
+        mn, kn, an, bn = self._posterior_hypers(stats)
+        const = 0.5 * jnp.sum(jax.scipy.special.digamma(an) - jnp.log(bn) - _LOG_2PI - 1.0 / kn, axis=-1)  # (K,)
+        quad = jnp.sum((an / bn)[None] * (x[:, None, :] - mn[None]) ** 2, axis=-1)  # (T, K)
+        return const[None, :] - 0.5 * quad
+
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
         """Sites ``f"{name}_precision"`` (Gamma) then ``f"{name}_mu"`` (Normal), each ``(K, D)``.

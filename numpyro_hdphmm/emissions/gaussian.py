@@ -281,6 +281,15 @@ class GaussianNIW(EmissionFamily):
         eps = jax.random.normal(rng_key, states.shape + (self.dim,), jnp.result_type(params["mu"]))
         return params["mu"][states] + jnp.einsum("tij,tj->ti", chol[states], eps)
 
+    # ------------------------------------------------------------------ expected statistics
+    def expected_log_likelihoods(self, x, stats: GaussianStats) -> jax.Array:
+        """``E_q[log N(x_t | mu_k, cov_k)]`` under the NIW posterior (Bishop 2006 eq. 10.64-10.65;
+        :func:`._mniw.mniw_expected_log_likelihood` with the constant regressor): ``x (T, D)`` ->
+        ``(T, K)``."""
+        post = self.posterior(stats)
+        ones = jnp.ones((x.shape[0], 1), x.dtype)
+        return _mniw.mniw_expected_log_likelihood(x, ones, *post._as_mniw())
+
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
         """``{name}_cov ~ InverseWishart(df, scale)`` then ``{name}_mu ~ MultivariateNormal(loc,

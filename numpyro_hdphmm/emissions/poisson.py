@@ -239,6 +239,19 @@ class Poisson(EmissionFamily):
         lam = params["rate"][states]
         return jax.random.poisson(rng_key, lam, lam.shape)
 
+    # ------------------------------------------------------------------ expected statistics
+    def expected_log_likelihoods(self, x, stats) -> jax.Array:
+        """``E_q[log Poisson(x_t | rate_k)] = sum_d [x_td (psi(a_kd) - log b_kd) - a_kd / b_kd - log x_td!]``
+        under ``q(rate_k) = Gamma(a + sum w y, b + sum w)``: ``x (T, *event)`` -> ``(T, K)``."""
+        an = (self.concentration + stats["sum"])
+        bn = (self.rate + stats["count"])
+        K, T = an.shape[0], x.shape[0]
+        e_log = (jax.scipy.special.digamma(an) - jnp.log(bn)).reshape(K, -1)
+        e_rate = (an / bn).reshape(K, -1)
+        xf = x.reshape(T, -1).astype(an.dtype)
+        cross = jnp.matmul(xf, e_log.T, precision=HIGHEST)
+        return cross - jnp.sum(e_rate, -1)[None, :] - jnp.sum(gammaln(xf + 1.0), -1)[:, None]
+
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
         """Site ``f"{name}_rate"``: Gamma, batch ``(K,)``, event ``event_shape``."""

@@ -397,6 +397,16 @@ class VonMisesFisher(EmissionFamily):
         mu = params["mu"][jnp.asarray(states)]
         return sample_von_mises_fisher(rng_key, mu, self.concentration, mu.shape[:-1])
 
+    # ------------------------------------------------------------------ expected statistics
+    def expected_log_likelihoods(self, x, stats) -> jax.Array:
+        """``E_q[log vMF(x_t | mu_k, kappa)] = log C_d(kappa) + kappa A_d(kappa_n) mu_n^T x_t`` under
+        ``q(mu_k) = vMF(mu_n, kappa_n)`` (``E[mu] = A_d(kappa_n) mu_n``, Mardia & Jupp 2000 eq. 9.3.9):
+        ``x (T, D)`` -> ``(T, K)``."""
+        post = self.posterior(stats)
+        mean = vmf_mean_resultant_length(self.dim, post.prior_concentration)[:, None] * post.prior_mean
+        cross = jnp.matmul(x.astype(mean.dtype), mean.T, precision=_HIGHEST)
+        return vmf_log_normalizer(self.dim, self.concentration) + self.concentration * cross
+
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
         """Site ``f"{name}_mu"``: :class:`VonMisesFisherDistribution`, batch ``(K,)``, event ``(D,)``."""

@@ -1,4 +1,4 @@
-"""Inference for the (sticky) HDP-HMM: NumPyro MCMC kernels, one module per algorithm.
+"""Inference for the (sticky) HDP-HMM: NumPyro MCMC kernels and a stochastic variational fitter, one module per algorithm.
 
 =========================  ====================================================================
 kernel                     algorithm
@@ -6,11 +6,14 @@ kernel                     algorithm
 ``WeakLimitGibbs``         blocked Gibbs on the weak-limit approximation (Fox et al., Alg. 2)
 ``DirectAssignmentGibbs``  collapsed step-wise Gibbs on the infinite model (Fox et al., Alg. 1, 3)
 ``BeamSampler``            slice sampling and FFBS on the infinite model (Van Gael et al. 2008)
+``CollapsedSVI``           stochastic collapsed variational inference (Wang & Blunsom 2014)
 =========================  ====================================================================
 
-Every kernel is an :class:`~numpyro_hdphmm.infer.base.HDPKernel` (the NumPyro adapter) around an
+Every MCMC kernel is an :class:`~numpyro_hdphmm.infer.base.HDPKernel` (the NumPyro adapter) around an
 :class:`~numpyro_hdphmm.infer.base.Algorithm` (the pure core); :func:`~numpyro_hdphmm.infer.discovery.discover`
 finds the model's sites and the update plan once, before compilation (``kernel.update_plan(...)``).
+``CollapsedSVI`` is a fitter that mirrors ``numpyro.infer.SVI`` (``init``/``update``/``run``/``get_params``)
+on the same models, its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi` and :mod:`numpyro_hdphmm._core.cvi`.
 """
 
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, HDPState
@@ -18,14 +21,18 @@ from numpyro_hdphmm.infer.beam import BeamSampler
 from numpyro_hdphmm.infer.direct_assignment import DirectAssignmentGibbs
 from numpyro_hdphmm.infer.discovery import ModelSpec, UpdatePlan, discover
 from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer.collapsed_svi import CollapsedSVI, CollapsedSVIState, RobbinsMonro
 
 __all__ = [
     "Algorithm",
     "BeamSampler",
+    "CollapsedSVI",
+    "CollapsedSVIState",
     "DirectAssignmentGibbs",
     "Explicit",
     "HDPKernel",
     "HDPState",
+    "RobbinsMonro",
     "ModelSpec",
     "UpdatePlan",
     "WeakLimitGibbs",

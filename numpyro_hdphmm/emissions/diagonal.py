@@ -310,10 +310,14 @@ class DiagonalGaussian(EmissionFamily):
         """``E_q[log N(x_t | mu_k, 1/precision_k)]`` under the Normal-Gamma posterior
         (``tau ~ Gamma(a_n, b_n)``, ``mu | tau ~ N(m_n, 1/(k_n tau))``; Bishop 2006 eq. 10.46 form):
         ``sum_d [(psi(a_n) - log b_n - log 2 pi) / 2 - (a_n / b_n (x - m_n)^2 + 1 / k_n) / 2]``,
-        ``x (T, D)`` -> ``(T, K)``."""
-        mn, kn, an, bn = self._posterior_hypers(stats)
+        ``x (T, D)`` -> ``(T, K)``.  Evaluated in the prior's frame (``z = (x - loc) / s``, the
+        posterior's ``m_n', b_n'`` there) minus the Jacobian ``sum_d log s_d``."""
+        mn, kn, an, bn = self._frame_posterior(stats)
+        s = self._scale()
+        z = (x - self.loc) / s
         const = 0.5 * jnp.sum(jax.scipy.special.digamma(an) - jnp.log(bn) - _LOG_2PI - 1.0 / kn, axis=-1)  # (K,)
-        quad = jnp.sum((an / bn)[None] * (x[:, None, :] - mn[None]) ** 2, axis=-1)  # (T, K)
+        const = const - jnp.sum(jnp.log(s), axis=-1)
+        quad = jnp.sum((an / bn)[None] * (z[:, None, :] - mn[None]) ** 2, axis=-1)  # (T, K)
         return const[None, :] - 0.5 * quad
 
     # ------------------------------------------------------------------ NumPyro sites

@@ -208,3 +208,38 @@ def test_vectorized_chains_and_info_fields():
     assert "gibbs_accept" in idata.sample_stats
     assert idata.posterior["y_states"].dims == ("chain", "draw", "time")
     assert not np.array_equal(np.asarray(idata.posterior["alpha"][0]), np.asarray(idata.posterior["alpha"][1]))
+
+
+# --------------------------------------------------------------------------- other emissions
+@pytest.mark.slow
+def test_custom_emission_enumeration():
+    """Emissions as plain NumPyro (the uncollapsed emission step: likelihoods at the current
+    parameters, a new state in a uniformly chosen free slot, the user's ``probs`` moved by the
+    inner NUTS): the partition matches the exact posterior of the conjugate model."""
+    from test_custom_emission_kernels import ALPHA as A, C as CC, ETA, KAPPA as KK, Y, custom_model
+
+    exact = exact_infinite_posterior([Y], 3.0, A, KK, CC, ETA)
+    mcmc = MCMC(RCDSampler(custom_model(3.0, 8), mode="stepwise"), num_warmup=40, num_samples=1, num_chains=1000,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(2), np.asarray(Y))
+    draws = np.asarray(mcmc.get_samples()["y_states"]).reshape(1000, -1)
+    tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
+    print("custom TV", tv, "bound", bound)
+    assert tv < bound, (tv, bound)
+
+
+@pytest.mark.slow
+def test_dp_mixture_enumeration():
+    """DP-mixture emissions (component indicators kept, a labelled seating of the emission
+    customers): the partition of the states matches the exact posterior."""
+    from test_direct_assignment import exact_mixture_posterior, mixture_model
+
+    y = [0, 2, 1, 1, 0]
+    exact = exact_mixture_posterior(y, 3, 0.5)
+    mcmc = MCMC(RCDSampler(mixture_model, mode="stepwise"), num_warmup=30, num_samples=1, num_chains=2000,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(3), np.asarray(y))
+    draws = np.asarray(mcmc.get_samples()["y_states"]).reshape(2000, -1)
+    tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
+    print("dp mixture TV", tv, "bound", bound)
+    assert tv < bound, (tv, bound)

@@ -403,7 +403,8 @@ def _block_move(key, state: CollapsedState, ctx: Context, statistics, start, len
                    - _path_log_q(bar, length, log_init, log_trans, log_emission, log_exit) - log_crp_new)
 
     # 3. add the proposed block (Alg. 7)
-    labels = state.labels.at[idx].set(jnp.where(real, proposal, state.labels[idx]))
+    # positions past ``length`` are dropped (their clipped indices may repeat a real step's)
+    labels = state.labels.at[jnp.where(real, start + pos, steps)].set(proposal, mode="drop")
     state, r_new, table_overflow = franchise.add_run(state._replace(labels=labels), ctx, statistics, start, length,
                                                      u_add, offset=start)
 

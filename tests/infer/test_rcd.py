@@ -17,9 +17,11 @@ from numpyro_hdphmm.infer import DirectAssignmentGibbs, RCDSampler
 
 from _checks import (
     empirical_tv,
+    chi_square_pvalue,
     empirical_tv_keys,
     exact_infinite_posterior,
     exact_table_posterior,
+    final_states,
     geweke_z_scores,
     table_key,
     tv_bound,
@@ -57,8 +59,9 @@ def joint_tv(kernel, y, hyper, **kwargs):
     exact = exact_table_posterior([y], *hyper, C, 1.0)
     keys, accept = joint_draws(kernel, y, **kwargs)
     tv, bound = empirical_tv_keys(exact, keys), tv_bound(exact.values(), len(keys))
-    print("joint TV", tv, "bound", bound, "accept", accept)
-    return tv, bound
+    p_value = chi_square_pvalue(exact, keys)
+    print("joint TV", tv, "bound", bound, "chi-square p", p_value, "accept", accept)
+    return tv, bound, p_value
 
 
 # --------------------------------------------------------------------------- enumeration
@@ -66,8 +69,8 @@ def test_joint_enumeration_stepwise_sticky():
     """Alg. 5 (three customers per step, orphans, loyal customers): states, tables and override
     tables jointly match the exact posterior (partitions summed over nothing: the tables are
     part of the key)."""
-    tv, bound = joint_tv(RCDSampler(fixed_model(*STICKY), mode="stepwise"), Y4, STICKY)
-    assert tv < bound, (tv, bound)
+    tv, bound, p_value = joint_tv(RCDSampler(fixed_model(*STICKY), mode="stepwise"), Y4, STICKY)
+    assert tv < bound and p_value > 1e-4, (tv, bound, p_value)
 
 
 @pytest.mark.slow
@@ -75,16 +78,16 @@ def test_joint_enumeration_stepwise_sticky():
 @pytest.mark.parametrize("hyper", [STICKY, PLAIN], ids=["sticky", "plain"])
 def test_joint_enumeration_every_mode(mode, hyper):
     kernel = RCDSampler(fixed_model(*hyper), mode=mode, block_size=3)
-    tv, bound = joint_tv(kernel, Y4, hyper)
-    assert tv < bound, (mode, tv, bound)
+    tv, bound, p_value = joint_tv(kernel, Y4, hyper, num_chains=4000)
+    assert tv < bound and p_value > 1e-4, (mode, tv, bound, p_value)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["stepwise", "beam"])
 def test_joint_enumeration_split_merge(mode):
     kernel = RCDSampler(fixed_model(*STICKY), mode=mode, block_size=3, split_merge=2)
-    tv, bound = joint_tv(kernel, Y4, STICKY)
-    assert tv < bound, (mode, tv, bound)
+    tv, bound, p_value = joint_tv(kernel, Y4, STICKY, num_chains=4000)
+    assert tv < bound and p_value > 1e-4, (mode, tv, bound, p_value)
 
 
 @pytest.mark.slow
@@ -92,10 +95,8 @@ def test_partition_enumeration_five_steps_blocked():
     """T = 5 (52 partitions), the marginal over states, blocks of 2 (several blocks per sweep)."""
     y = [0, 0, 1, 1, 0]
     exact = exact_infinite_posterior([y], *STICKY, C, 1.0)
-    mcmc = MCMC(RCDSampler(fixed_model(*STICKY), mode="blocked", block_size=2), num_warmup=30, num_samples=1,
-                num_chains=2000, chain_method="vectorized", progress_bar=False)
-    mcmc.run(jax.random.key(1), np.asarray(y))
-    draws = np.asarray(mcmc.get_samples()["y_states"]).reshape(2000, -1)
+    draws = final_states(RCDSampler(fixed_model(*STICKY), mode="blocked", block_size=2), (np.asarray(y),),
+                         num_chains=2000, num_warmup=30, seed=1)
     tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
     assert tv < bound, (tv, bound)
 
@@ -113,8 +114,8 @@ def test_enumeration_detects_printed_denominator(monkeypatch):
     """Negative control: with the printed typo the same joint test fails (the notes measured TV
     0.45 on this problem with a pure-Python prototype)."""
     monkeypatch.setattr(hcrp, "root_weights", printed_root_weights)
-    tv, bound = joint_tv(RCDSampler(fixed_model(*PLAIN), mode="stepwise"), Y4, PLAIN)
-    assert tv > bound, (tv, bound)
+    tv, bound, p_value = joint_tv(RCDSampler(fixed_model(*PLAIN), mode="stepwise"), Y4, PLAIN)
+    assert tv > bound and p_value < 1e-4, (tv, bound, p_value)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -129,13 +130,7 @@ def test_bad_arguments():
 
 
 # --------------------------------------------------------------------------- Geweke
-def hyper_model(y=None, num_steps=None):
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
-    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
-    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
-    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=12, num_steps=num_steps)
-    nh.sample("y", hmm, obs=y)
-
+from test_direct_assignment import hyper_model  # noqa: E402  (the same model as DirectAssignmentGibbs' Geweke test)
 
 GEWEKE_STATS = {
     "gamma": lambda z: z["gamma"],
@@ -219,10 +214,8 @@ def test_custom_emission_enumeration():
     from test_custom_emission_kernels import ALPHA as A, C as CC, ETA, KAPPA as KK, Y, custom_model
 
     exact = exact_infinite_posterior([Y], 3.0, A, KK, CC, ETA)
-    mcmc = MCMC(RCDSampler(custom_model(3.0, 8), mode="stepwise"), num_warmup=40, num_samples=1, num_chains=1000,
-                chain_method="vectorized", progress_bar=False)
-    mcmc.run(jax.random.key(2), np.asarray(Y))
-    draws = np.asarray(mcmc.get_samples()["y_states"]).reshape(1000, -1)
+    draws = final_states(RCDSampler(custom_model(3.0, 8), mode="stepwise"), (np.asarray(Y),), num_chains=1000,
+                         num_warmup=40, seed=2)
     tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
     print("custom TV", tv, "bound", bound)
     assert tv < bound, (tv, bound)
@@ -236,10 +229,27 @@ def test_dp_mixture_enumeration():
 
     y = [0, 2, 1, 1, 0]
     exact = exact_mixture_posterior(y, 3, 0.5)
-    mcmc = MCMC(RCDSampler(mixture_model, mode="stepwise"), num_warmup=30, num_samples=1, num_chains=2000,
-                chain_method="vectorized", progress_bar=False)
-    mcmc.run(jax.random.key(3), np.asarray(y))
-    draws = np.asarray(mcmc.get_samples()["y_states"]).reshape(2000, -1)
+    draws = final_states(RCDSampler(mixture_model, mode="stepwise"), (np.asarray(y),), num_chains=2000,
+                         num_warmup=30, seed=3)
     tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
     print("dp mixture TV", tv, "bound", bound)
     assert tv < bound, (tv, bound)
+
+
+def lognormal_model(y=None, num_steps=None):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
+    alpha = numpyro.sample("alpha", dist.LogNormal(1.0, 0.5))  # no exact update: the inner NUTS
+    hmm = nh.StickyHDPHMM(gamma, alpha, 1.0, nh.emissions.Categorical(3, 1.0), max_states=12, num_steps=num_steps)
+    nh.sample("y", hmm, obs=y)
+
+
+@pytest.mark.slow
+def test_geweke_inner_kernel_on_the_seating_density():
+    """``alpha`` with a LogNormal prior is moved by the inner NUTS on the density of the states
+    and table counts given the concentrations (``beta`` and rows integrated out, the seating
+    kept): its prior is recovered."""
+    stats = {k: GEWEKE_STATS[k] for k in ("gamma", "alpha", "self_rate", "num_states")}
+    scores = geweke_z_scores(RCDSampler(lognormal_model, mode="stepwise"), lognormal_model, stats, num_steps=6,
+                             num_iterations=2000, num_prior=20000)
+    print("geweke z (inner NUTS)", scores)
+    assert all(abs(z) < 4.5 for z in scores.values()), scores

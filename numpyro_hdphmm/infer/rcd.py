@@ -201,7 +201,7 @@ def _single_step(i, state: CollapsedState, ctx: Context, statistics, u, slice_mo
         logits = score
     bar = draws.categorical(jnp.exp(logits - jnp.max(logits)), 1.0 - u[_U_PROPOSE])
     is_new = bar == capacity
-    k_new = jnp.where(is_new, draws.categorical((~active).astype(dtype), 1.0 - u[_U_FREE]), bar)
+    k_new = jnp.where(is_new, draws.categorical((~active).astype(dtype), 1.0 - u[_U_FREE]), bar).astype(jnp.int32)
     log_q_ratio = score[old_bar] - score[bar]
 
     # 3. add: the transition in, the emission, the transition out
@@ -404,7 +404,7 @@ def _block_move(key, state: CollapsedState, ctx: Context, statistics, start, len
 
     # 3. add the proposed block (Alg. 7)
     # positions past ``length`` are dropped (their clipped indices may repeat a real step's)
-    labels = state.labels.at[jnp.where(real, start + pos, steps)].set(proposal, mode="drop")
+    labels = state.labels.at[jnp.where(real, start + pos, steps)].set(proposal.astype(state.labels.dtype), mode="drop")
     state, r_new, table_overflow = franchise.add_run(state._replace(labels=labels), ctx, statistics, start, length,
                                                      u_add, offset=start)
 

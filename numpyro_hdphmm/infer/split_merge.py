@@ -209,7 +209,7 @@ def split_merge_move(rng_key, state: CollapsedState, ctx: Context, statistics):
     active = state.occupancy > 0
     has_free = ~jnp.all(active)
     fresh = draws.categorical((~active).astype(dtype), 1.0 - random.uniform(k_slot, (), dtype))
-    c = jnp.where(split, fresh, a)
+    c = jnp.where(split, fresh, a).astype(state.labels.dtype)
     state = state._replace(labels=state.labels.at[t2].set(c))
     state, r_new, of_in = lax.cond(own_in, lambda s: franchise.add_transition(s, ctx, prev_t2, c, u_add[t2, 0]),
                                    lambda s: (s, zero, jnp.zeros((), bool)), state)

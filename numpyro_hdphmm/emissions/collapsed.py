@@ -141,6 +141,13 @@ class CollapsedStatistics:
         a sequence of changes and restored in the reverse order give back ``est`` exactly."""
         raise NotImplementedError
 
+    def rebuild(self, est, x, valid, states, dtype):
+        """``est`` brought up to date with the current observations ``x`` (flattened, ``valid``)
+        and ``states (S,)``, for a sampler that carries ``est`` across calls while the data may
+        change between them (a Geweke test redraws ``y``).  Default: ``est`` unchanged (the
+        statistics are not a function of the data and states alone)."""
+        return est
+
     def log_predictive_bound(self, x):
         """An upper bound (a Python float, static) of :meth:`log_predictive` for any step of
         the prepared observations ``x``: ``0.0`` when the observations are integers (the
@@ -186,6 +193,10 @@ class ConjugateStatistics(CollapsedStatistics):
 
     def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
         return family.update_parameters(rng_key, x, weights, params)
+
+    def rebuild(self, est, x, valid, states, dtype):
+        """The sufficient statistics of the current data (deterministic)."""
+        return self.init(None, x, valid, states, None, dtype)
 
     def checkpoint(self, est, i, k):
         return k, rows_of(est, k, 1)

@@ -576,10 +576,14 @@ class RCD(Algorithm):
         k_sweep, k_split, k_hyper, k_sigma = random.split(rng_key, 4)
         statistics = self._statistics(spec, view)
         ctx = self._context(view, statistics, state.params, view.hyper)
+        # the carried statistics of the current data (which a Geweke test redraws between sweeps)
+        collapsed = state.collapsed
+        collapsed = collapsed._replace(est=statistics.rebuild(collapsed.est, ctx.data.x, ctx.data.observed,
+                                                              collapsed.labels, dtype))
         if self.mode in ("stepwise", "slice"):
-            sweep = single_step_sweep(k_sweep, state.collapsed, ctx, statistics, self.mode == "slice")
+            sweep = single_step_sweep(k_sweep, collapsed, ctx, statistics, self.mode == "slice")
         else:
-            sweep = block_sweep(k_sweep, state.collapsed, ctx, statistics, view.data.valid.shape[1], self.block_size,
+            sweep = block_sweep(k_sweep, collapsed, ctx, statistics, view.data.valid.shape[1], self.block_size,
                                 self.mode == "beam")
         collapsed, overflow = sweep.state, sweep.overflow
         split_merge_accept = jnp.full((), jnp.nan, dtype)

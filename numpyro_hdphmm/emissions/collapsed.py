@@ -25,8 +25,8 @@ from jax import lax
 from numpyro_hdphmm._core.slots import first_free_slot
 from numpyro_hdphmm.emissions.base import state_weights
 
-__all__ = ["CollapsedStatistics", "ConjugateStatistics", "row_of", "add_to_row", "zero_row", "prior_predictive",
-           "new_state_in_first_free_slot"]
+__all__ = ["CollapsedStatistics", "ConjugateStatistics", "row_of", "add_to_row", "zero_row", "rows_of",
+           "restore_rows", "prior_predictive", "new_state_in_first_free_slot"]
 
 
 def row_of(tree, i):
@@ -51,6 +51,21 @@ def zero_row(stats, k):
         return lax.dynamic_update_index_in_dim(s, jnp.zeros((1,) + s.shape[1:], s.dtype), k, 0)
 
     return jax.tree_util.tree_map(one, stats)
+
+
+def rows_of(tree, start, size: int):
+    """Rows ``start .. start + size - 1`` (``start`` traced, ``size`` static) of every leaf."""
+    return jax.tree_util.tree_map(lambda a: lax.dynamic_slice_in_dim(a, start, size, 0), tree)
+
+
+def restore_rows(tree, start, saved, keep):
+    """``tree`` with the rows ``saved`` (from :func:`rows_of`) put back at ``start`` unless ``keep``."""
+
+    def one(a, s):
+        now = lax.dynamic_slice_in_dim(a, start, s.shape[0], 0)
+        return lax.dynamic_update_slice_in_dim(a, jnp.where(keep, now, s), start, 0)
+
+    return jax.tree_util.tree_map(one, tree, saved)
 
 
 def prior_predictive(family, x, dtype):
@@ -114,6 +129,34 @@ class CollapsedStatistics:
         record and for the sites the sampler does not collapse), ``weights (steps, K)``."""
         raise NotImplementedError
 
+    # The restricted collapsed draw and split-merge moves restore the exact previous state when
+    # a proposal is rejected (RCD paper Alg. 1): an undo log of what each move changed.
+    def checkpoint(self, est, i, k):
+        """What :meth:`remove`, :meth:`add` and :meth:`free` of step ``i`` in state ``k`` can
+        change in ``est``, as it is now (a small pytree; ``i``, ``k`` traced)."""
+        raise NotImplementedError
+
+    def restore(self, est, saved, keep):
+        """``est`` with a :meth:`checkpoint` put back unless ``keep``.  Checkpoints taken before
+        a sequence of changes and restored in the reverse order give back ``est`` exactly."""
+        raise NotImplementedError
+
+    def rebuild(self, est, x, valid, states, dtype):
+        """``est`` brought up to date with the current observations ``x`` (flattened, ``valid``)
+        and ``states (S,)``, for a sampler that carries ``est`` across calls while the data may
+        change between them (a Geweke test redraws ``y``).  Default: ``est`` unchanged (the
+        statistics are not a function of the data and states alone)."""
+        return est
+
+    def log_predictive_bound(self, x):
+        """An upper bound (a Python float, static) of :meth:`log_predictive` for any step of
+        the prepared observations ``x``: ``0.0`` when the observations are integers (the
+        predictive is then a probability mass), else ``inf`` (a density can exceed one).  Lets a
+        move stop early once its acceptance ratio, a product of such factors, can only fall
+        (split-merge early rejection, RCD paper Alg. 10)."""
+        integer = all(jnp.issubdtype(a.dtype, jnp.integer) for a in jax.tree_util.tree_leaves(x))
+        return 0.0 if integer else float("inf")
+
 
 class ConjugateStatistics(CollapsedStatistics):
     """Emission parameters integrated out: per-state sufficient statistics ``(K, ...)``; the
@@ -150,3 +193,14 @@ class ConjugateStatistics(CollapsedStatistics):
 
     def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
         return family.update_parameters(rng_key, x, weights, params)
+
+    def rebuild(self, est, x, valid, states, dtype):
+        """The sufficient statistics of the current data (deterministic)."""
+        return self.init(None, x, valid, states, None, dtype)
+
+    def checkpoint(self, est, i, k):
+        return k, rows_of(est, k, 1)
+
+    def restore(self, est, saved, keep):
+        k, rows = saved
+        return restore_rows(est, k, rows, keep)

@@ -270,3 +270,13 @@ class ExplicitLikelihoods(CollapsedStatistics):
     def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
         """Unchanged: the inner kernel updates the user's sites."""
         return params, None
+
+    def checkpoint(self, est, i, k):
+        return ()
+
+    def restore(self, est, saved, keep):
+        return est
+
+    def log_predictive_bound(self, x):
+        """No bound: a user's likelihood may be a density."""
+        return float("inf")

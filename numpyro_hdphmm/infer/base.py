@@ -14,7 +14,10 @@ whose pure, jittable functions are
   returns the state, for algorithms whose state *is* :class:`Explicit`;
 * ``resume(rng_key, state, spec, view) -> State``: after the inner kernel moved the other sites
   (which it sees with the rows integrated out, :meth:`Algorithm.inner_model`), redraw what it saw
-  integrated out (default: the rows, Fox et al. eq. 37/41).
+  integrated out (default: the rows, Fox et al. eq. 37/41);
+* ``inner_kwargs(state) -> dict``: extra keyword arguments the inner kernel's model needs from the
+  algorithm's state (default: none; e.g. the table counts of a collapsed seating), popped by
+  ``inner_model``'s wrapper.
 
 ``State`` and ``Info`` are NamedTuples; ``Info`` holds per-sweep diagnostics only (``overflow``,
 acceptance rates of MH-corrected moves, particle ESS, ...): its fields reach
@@ -267,6 +270,13 @@ class Algorithm:
     def inner_model(self, model):
         """The model as the inner kernel sees it (default: the rows integrated out)."""
         return collapse_rows(model)
+
+    def inner_kwargs(self, state) -> Dict[str, Any]:
+        """Extra keyword arguments of the inner kernel's model, computed from the algorithm's
+        state (default: none).  The adapter adds them to the model's keyword arguments whenever
+        it initializes or runs the inner kernel; :meth:`inner_model` must pop them before calling
+        the user's model (e.g. the table counts the density of a collapsed seating needs)."""
+        return {}
 
 
 class _HDPStateFields(NamedTuple):
@@ -551,11 +561,11 @@ class HDPKernel(MCMCKernel):
             return NUTS(inner_model)
         return self._inner_proto.wrap_model(lambda m: inner_model)
 
-    def _inner_update(self, rng_key, z, inner_state, model_args, model_kwargs):
+    def _inner_update(self, rng_key, z, inner_state, model_args, model_kwargs, algorithm_state):
         """The inner kernel's update of its sites given every other site."""
         spec = self._spec
         cond = {k: v for k, v in z.items() if k not in spec.inner_sites}
-        kwargs_c = with_conditioning(model_kwargs, cond)
+        kwargs_c = {**with_conditioning(model_kwargs, cond), **self.algorithm.inner_kwargs(algorithm_state)}
         inner_state = self._inner.refresh(inner_state, model_args, kwargs_c)
         inner_state = self._inner.sample(inner_state, model_args, kwargs_c)
         inner_z = self._inner.get_constrain_fn(model_args, kwargs_c)(inner_state.z)
@@ -603,7 +613,7 @@ class HDPKernel(MCMCKernel):
         inner_state = None
         if self._inner is not None:
             cond = {k: v for k, v in z.items() if k not in spec.inner_sites}
-            kwargs_c = with_conditioning(model_kwargs, cond)
+            kwargs_c = {**with_conditioning(model_kwargs, cond), **self.algorithm.inner_kwargs(algorithm_state)}
             inner_state = self._inner.init(key_inner, num_warmup, None, model_args, kwargs_c)
             inner_z = self._inner.get_constrain_fn(model_args, kwargs_c)(inner_state.z)
             z.update({k: inner_z[k] for k in spec.inner_sites})
@@ -639,7 +649,7 @@ class HDPKernel(MCMCKernel):
         z = self._with_explicit(state.z, alg.explicit(k_explicit, algorithm_state, spec, view))
         inner_state, accept_prob, diverging = state.inner_state, state.accept_prob, state.diverging
         if self._inner is not None:
-            z, inner_state = self._inner_update(k_inner, z, inner_state, model_args, model_kwargs)
+            z, inner_state = self._inner_update(k_inner, z, inner_state, model_args, model_kwargs, algorithm_state)
             accept_prob = jnp.asarray(getattr(inner_state, "accept_prob", accept_prob), accept_prob.dtype)
             diverging = jnp.asarray(getattr(inner_state, "diverging", diverging), bool)
             view = self._view(model_args, model_kwargs, z)

@@ -5,6 +5,7 @@ kernel's test module."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import arviz as az
 import jax
@@ -236,3 +237,105 @@ def printed_gamma_update(rng_key, gamma, num_dishes, num_informative_tables, sha
     extra = (jax.random.uniform(k_mix, (), dtype) < pi).astype(dtype)
     g = draws.gamma(k_g, jnp.asarray(shape + num_dishes - 1.0 + extra, dtype), post_rate)
     return jnp.where(num_informative_tables > 0, g, draws.gamma(k_g, jnp.asarray(shape, dtype), rate))
+
+
+# ------------------------------------------------------------ exact joint of states and tables
+def _table_choices(n, first, kappa):
+    """Every table configuration of a partition's counts: ``(m (K+1, K), w (K,))`` with ``m_jk``
+    in ``[1, n_jk]`` where ``n_jk > 0`` (start row last) and ``w_k`` in ``[0, m_kk]`` (only
+    with ``kappa > 0``)."""
+    num_states = n.shape[0]
+    counts = np.concatenate([n, first[None]], 0)
+    cells = [(j, k) for j in range(num_states + 1) for k in range(num_states) if counts[j, k] > 0]
+    for ms in itertools.product(*[range(1, counts[j, k] + 1) for j, k in cells]):
+        m = np.zeros((num_states + 1, num_states), int)
+        for (j, k), v in zip(cells, ms):
+            m[j, k] = v
+        diag = [m[k, k] if kappa > 0 else 0 for k in range(num_states)]
+        for w in itertools.product(*[range(d + 1) for d in diag]):
+            yield m, np.array(w, int)
+
+
+def log_joint_tables(n, first, m, w, gamma, alpha, kappa):
+    """``log p(partition, m, w)`` under the sticky HDP-HMM's franchise: the summand of
+    :func:`numpyro_hdphmm._core.partition.log_prior_counts` (``-inf`` when a state has no
+    informative table)."""
+    num_states = n.shape[0]
+    counts = np.concatenate([n, first[None]], 0)
+    mbar = m.sum(0) - w
+    if np.any(mbar < 1):
+        return -np.inf
+    stirling = partition.stirling1_unsigned(int(counts.max()))
+    c = alpha + kappa
+    rows = n.sum(1)
+    out = gammaln(alpha) - gammaln(alpha + first.sum()) + np.sum(gammaln(c) - gammaln(c + rows[rows > 0]))
+    out += np.sum(np.log(stirling[counts[counts > 0], m[counts > 0]]))
+    out += sum(np.log(math.comb(int(m[k, k]), int(w[k]))) for k in range(num_states))
+    total = mbar.sum()
+    out += total * np.log(alpha) + (w.sum() * np.log(kappa) if kappa > 0 else 0.0)
+    out += num_states * np.log(gamma) + gammaln(gamma) - gammaln(gamma + total) + np.sum(gammaln(mbar))
+    return out
+
+
+def table_key(flat_states, m, w):
+    """Canonical key of a joint state: the partition (labels by first appearance) and the tables
+    ``m`` (restaurants: the states in that order, then the start row) and overrides ``w`` of the
+    states in use, relabelled the same way."""
+    flat_states = np.asarray(flat_states, int)
+    labels = partition_key(flat_states)
+    order = list(dict.fromkeys(flat_states.tolist()))  # old labels in order of first appearance
+    rows = order + [np.asarray(m).shape[0] - 1]
+    sub = np.asarray(m)[np.ix_(rows, order)]
+    return labels, tuple(sub.reshape(-1).tolist()), tuple(np.asarray(w)[order].tolist())
+
+
+def exact_table_posterior(sequences, gamma, alpha, kappa, num_categories, emission_conc):
+    """Exact posterior over (partition, tables ``m``, overrides ``w``) of ``sequences`` under the
+    infinite sticky HDP-HMM with categorical emissions ``Dir(emission_conc 1_C)`` integrated
+    out (the joint the restricted collapsed draw samples).  Keys are :func:`table_key` tuples."""
+    lengths = [len(s) for s in sequences]
+    flat_y = np.concatenate([np.asarray(s, int) for s in sequences])
+    logs = {}
+    for z in restricted_growth_strings(flat_y.size):
+        n, first = partition.transition_counts(z, lengths)
+        log_y = _log_dirmult_partition(z, flat_y, num_categories, emission_conc)
+        for m, w in _table_choices(n, first, kappa):
+            lp = log_joint_tables(n, first, m, w, gamma, alpha, kappa)
+            if np.isfinite(lp):
+                logs[table_key(z, m, w)] = lp + log_y
+    keys = list(logs)
+    values = np.array([logs[k] for k in keys])
+    probs = np.exp(values - np.logaddexp.reduce(values))
+    return dict(zip(keys, probs))
+
+
+def empirical_tv_keys(exact: dict, keys):
+    """TV distance between ``exact`` and the empirical distribution of ``keys`` (any hashable)."""
+    counts = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    n = len(keys)
+    return 0.5 * sum(abs(exact.get(k, 0.0) - counts.get(k, 0) / n) for k in set(exact) | set(counts))
+
+
+def chi_square_pvalue(exact: dict, keys, min_expected=5.0):
+    """Pearson chi-square p-value of the draws ``keys`` (any hashable) against ``exact``: cells
+    with an expected count ``n p >= min_expected`` each, the rest (and any key outside
+    ``exact``) pooled into one cell; ``df = cells - 1``.  Sharper than the TV bound at catching
+    a bias concentrated on a few cells."""
+    from scipy.stats import chi2
+
+    n = len(keys)
+    counts = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    big = [k for k, p in exact.items() if n * p >= min_expected]
+    observed = [counts.get(k, 0) for k in big]
+    expected = [n * exact[k] for k in big]
+    rest_expected = n - sum(expected)
+    if rest_expected > 1e-9:
+        observed.append(n - sum(observed))
+        expected.append(rest_expected)
+    observed, expected = np.asarray(observed, float), np.asarray(expected, float)
+    stat = np.sum((observed - expected) ** 2 / expected)
+    return float(chi2.sf(stat, len(expected) - 1))

@@ -4,7 +4,7 @@ fixed): the joint partition of the states (total variation) and the marginals of
 ``log kappa`` (Kolmogorov-Smirnov against quadrature), from the final draws of many independent
 chains; and a Geweke joint-distribution test of the collapsed updates with all three random.
 
-Every test here is slow (a few minutes each on 2 shared cores: thousands of vectorized chains
+Every check of a posterior here is slow (a few minutes each on 2 shared cores: thousands of vectorized chains
 of a kernel with hyperparameter updates compile and run for tens of sweeps).
 
 Negative control: the collapsed update with the log-transform's Jacobian counted twice (a
@@ -140,3 +140,14 @@ def test_geweke_weak_limit_collapsed():
                         num_steps=8, num_iterations=6000, num_prior=6000)
     print("geweke z", z)
     assert max(abs(v) for v in z.values()) < 4.5, z
+
+
+# ---------------------------------------------------------------------------- the option
+def test_option_in_the_plan_and_validated():
+    """``hyperparameters="collapsed"`` shows in the update plan; an unknown value is refused."""
+    y = np.array(Y)
+    plan = WeakLimitGibbs(_model(L), hyperparameters="collapsed").update_plan(y)
+    assert plan.sites("collapsed") == ("alpha", "kappa") and plan.sites("exact") == ()
+    assert WeakLimitGibbs(_model(L)).update_plan(y).sites("exact") == ("alpha", "kappa")
+    with pytest.raises(ValueError, match="hyperparameters"):
+        DirectAssignmentGibbs(_model(8), hyperparameters="gibbs")

@@ -23,6 +23,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import DirectAssignmentGibbs, WeakLimitGibbs, weak_limit
 
+from test_weak_limit import hyper_model  # gamma, alpha, kappa random; L = 3, 3 categories
 from _checks import (
     empirical_tv,
     exact_infinite_hyper_posterior,
@@ -114,14 +115,6 @@ def test_direct_assignment_joint_posterior(hyperparameters):
 
 
 # ---------------------------------------------------------------------------- Geweke
-def hyper_model(y=None, num_steps=None):
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
-    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
-    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
-    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=3, num_steps=num_steps)
-    nh.sample("y", hmm, obs=y)
-
-
 @pytest.mark.slow
 def test_geweke_weak_limit_collapsed():
     def self_rate(z):

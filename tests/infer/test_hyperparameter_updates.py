@@ -105,7 +105,7 @@ def test_weak_limit_detects_jacobian_counted_twice(exact_weak_limit, monkeypatch
 @pytest.mark.slow
 @pytest.mark.parametrize("hyperparameters", ["collapsed", "auxiliary"])
 def test_direct_assignment_joint_posterior(hyperparameters):
-    exact = exact_infinite_hyper_posterior([Y], GAMMA, ALPHA_PRIOR, KAPPA_PRIOR, C, 1.0, num_points=30)
+    exact = exact_infinite_hyper_posterior([Y], GAMMA, ALPHA_PRIOR, KAPPA_PRIOR, C, 1.0, num_points=50)
     draws = _final_draws(DirectAssignmentGibbs(_model(8), hyperparameters=hyperparameters), num_chains=2000,
                          num_warmup=30)
     tv, bound, p_alpha, p_kappa = _check(exact, draws)
@@ -137,10 +137,12 @@ def test_geweke_weak_limit_collapsed():
 
 # ---------------------------------------------------------------------------- the option
 def test_option_in_the_plan_and_validated():
-    """``hyperparameters="collapsed"`` shows in the update plan; an unknown value is refused."""
+    """The collapsed updates are the default and show in the update plan, the auxiliary-variable
+    ones on request; an unknown value is refused."""
     y = np.array(Y)
-    plan = WeakLimitGibbs(_model(L), hyperparameters="collapsed").update_plan(y)
+    plan = WeakLimitGibbs(_model(L)).update_plan(y)
     assert plan.sites("collapsed") == ("alpha", "kappa") and plan.sites("exact") == ()
-    assert WeakLimitGibbs(_model(L)).update_plan(y).sites("exact") == ("alpha", "kappa")
+    plan = WeakLimitGibbs(_model(L), hyperparameters="auxiliary").update_plan(y)
+    assert plan.sites("exact") == ("alpha", "kappa") and plan.sites("collapsed") == ()
     with pytest.raises(ValueError, match="hyperparameters"):
         DirectAssignmentGibbs(_model(8), hyperparameters="gibbs")

@@ -147,7 +147,7 @@ def main():
         cmd = "python benchmarks/bench_hyperparameters.py " + " ".join(sys.argv[1:])
         dev = jax.devices()[0]
         header = (f"Device: `{dev.platform}`, float32, {os.cpu_count()} CPU cores (shared with other jobs: "
-                  "the seconds are noisy), jax {jax.__version__}.  The README's main example (Fox et al.'s "
+                  f"the seconds are noisy), jax {jax.__version__}.  The README's main example (Fox et al.'s "
                   "experiment A, T = 1000; Gamma priors on gamma, alpha, kappa; L = 20), `WeakLimitGibbs` with "
                   "`hyperparameters=\"auxiliary\"` (Fox et al.'s auxiliary-variable updates given the tables) "
                   "and `\"collapsed\"` (slice sampling of `(log(alpha + kappa), logit rho)` given the states and "

@@ -350,7 +350,7 @@ def main():
     lines += [
         "",
         "Experiment A configuration (Fox et al. 2007, 1-D, L = 15, Gamma priors on gamma, alpha, kappa "
-        "with the kernel's default exact updates, as in `examples/sticky_experiment_a.py`):",
+        "with their exact auxiliary-variable updates, as in `examples/sticky_experiment_a.py`):",
         "",
         "| T | L | ours (ms) | pyhsmm (ms) | compile (s) |",
         "|---:|---:|---:|---:|---:|",

@@ -10,7 +10,7 @@ Gibbs sampler (Fox et al. Alg. 2 and 4) with ``L = L' = 15``:
 * sticky HDP-HMM, single Gaussian emissions,
 * non-sticky HDP-HMM, single Gaussian emissions.
 
-Hyperparameters have vague Gamma priors and exact updates (``gamma``, ``alpha``,
+Hyperparameters have vague Gamma priors and exact auxiliary-variable updates (``gamma``, ``alpha``,
 ``kappa`` and the mixture concentration ``sigma``); the component prior is the data-scaled
 ``GaussianNIW.weakly_informative``.  The script prints, per model, the normalized Hamming
 distance between the true and the sampled state sequences (optimal relabelling) across chains

@@ -26,7 +26,7 @@ Choices (following Fox, Sudderth, Jordan & Willsky's BP-AR-HMM mocap experiments
 * ``gamma ~ Gamma(1, 0.01)``, ``alpha ~ Gamma(1, 1)``, ``kappa ~ Gamma(50, 1)``: kappa large
   relative to alpha, a prior self-transition probability ``rho = kappa / (alpha + kappa)``
   around 0.98, i.e. exercise segments of about 50 frames (5 s), the annotated ones last
-  17-108 frames; the three get exact updates.  (``kappa ~ Gamma(100, 1)``
+  17-108 frames; the three get exact auxiliary-variable updates.  (``kappa ~ Gamma(100, 1)``
   merged exercises into 2-4 states: Hamming about 0.7.)
 
 Initialization (``initial_parameters``): each chain cuts the sequences into 50-frame chunks

@@ -60,12 +60,11 @@ fig.tight_layout()
 # ---------
 # A model is an ordinary NumPyro function.  The priors of the concentration ``gamma`` (top
 # level), ``alpha`` (transition rows) and the self-transition bias ``kappa`` are yours; with
-# Gamma priors (as here) every kernel updates them exactly (by default slice sampling of their
-# collapsed conditionals; Fox et al.'s auxiliary variables with
-# ``hyperparameters="auxiliary"``).  :func:`numpyro_hdphmm.sample` declares the latent
-# structure of the HDP-HMM as explicit sample sites: ``y_beta`` ``(K+1,)``, ``y_trans``
-# ``(K+1, K+1)``, the emission parameters ``y_mu`` ``(K, 1)`` and ``y_cov`` ``(K, 1, 1)``, the
-# state sequence ``y_states`` ``(T,)`` and the observed ``y`` ``(T, 1)``, with ``K = max_states``.
+# Gamma priors (as here) every kernel updates them exactly with the auxiliary-variable
+# schemes of Fox et al.  :func:`numpyro_hdphmm.sample` declares the latent structure of the
+# HDP-HMM as explicit sample sites: ``y_beta`` ``(K+1,)``, ``y_trans`` ``(K+1, K+1)``, the
+# emission parameters ``y_mu`` ``(K, 1)`` and ``y_cov`` ``(K, 1, 1)``, the state sequence
+# ``y_states`` ``(T,)`` and the observed ``y`` ``(T, 1)``, with ``K = max_states``.
 
 
 def model(y):

@@ -8,8 +8,8 @@ are ``beta ~ Dir(gamma/L, ..., gamma/L)`` over ``L = max_states`` states instead
 ``GEM(gamma)``, which converges to the HDP as ``L`` grows.  Because the model is finite, one
 sweep updates the whole state sequence at once by forward filtering / backward sampling
 (``O(T L^2)``), then, given the states, the emission parameters (conjugate posteriors), the
-auxiliary table counts, the hyperparameters with Gamma priors (exact updates: slice
-sampling of their collapsed conditionals), ``beta`` and the transition rows ``Dir(alpha beta + kappa e_j + n_j)``.
+auxiliary table counts, the hyperparameters with Gamma priors (exact auxiliary-variable
+updates), ``beta`` and the transition rows ``Dir(alpha beta + kappa e_j + n_j)``.
 
 It is the fastest and best-mixing kernel of the package on most problems (see
 :doc:`/choosing_a_kernel`).  What it gives up: ``L`` is a truncation, so choose it larger than

@@ -137,12 +137,12 @@ def test_geweke_weak_limit_collapsed():
 
 # ---------------------------------------------------------------------------- the option
 def test_option_in_the_plan_and_validated():
-    """The collapsed updates are the default and show in the update plan, the auxiliary-variable
-    ones on request; an unknown value is refused."""
+    """The auxiliary-variable updates are the default, the collapsed ones on request, and the
+    update plan says which; an unknown value is refused."""
     y = np.array(Y)
     plan = WeakLimitGibbs(_model(L)).update_plan(y)
-    assert plan.sites("collapsed") == ("alpha", "kappa") and plan.sites("exact") == ()
-    plan = WeakLimitGibbs(_model(L), hyperparameters="auxiliary").update_plan(y)
     assert plan.sites("exact") == ("alpha", "kappa") and plan.sites("collapsed") == ()
+    plan = WeakLimitGibbs(_model(L), hyperparameters="collapsed").update_plan(y)
+    assert plan.sites("collapsed") == ("alpha", "kappa") and plan.sites("exact") == ()
     with pytest.raises(ValueError, match="hyperparameters"):
         DirectAssignmentGibbs(_model(8), hyperparameters="gibbs")

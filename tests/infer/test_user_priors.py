@@ -90,7 +90,7 @@ def _summary_z(a, b):
     return out
 
 
-def _exact_vs_generic(num_chains, num_warmup, num_samples, kernel_cls=WeakLimitGibbs, hyperparameters="collapsed"):
+def _exact_vs_generic(num_chains, num_warmup, num_samples, kernel_cls=WeakLimitGibbs, hyperparameters="auxiliary"):
     """The same Gamma hyperpriors, once recognized (exact updates, ``hyperparameters``) and once
     forced through the inner NUTS kernel (the model's densities: for the infinite-model kernels
     the ``GEM`` density of the represented sticks and the rows' Dirichlets)."""

@@ -388,8 +388,17 @@ class HDPKernel(MCMCKernel):
     :param inner_kernel: kernel for the latent sites the algorithm does not own and cannot
         update exactly; ``None`` builds ``NUTS`` on the model.  It is re-bound to the model
         conditioned on every other site (``kernel.wrap_model``).
-    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply
-        (``False`` sends every hyperparameter site to the inner kernel).
+    :param exact_hyperparameters: use the exact updates where they apply (``False`` sends every
+        hyperparameter site to the inner kernel).
+    :param hyperparameters: how the recognized concentrations are updated: ``"auxiliary"``
+        (default) uses Fox et al.'s auxiliary-variable updates given the tables; ``"collapsed"``
+        slice-samples ``(log(alpha + kappa), logit(kappa / (alpha + kappa)))`` given the states
+        and ``beta`` with the rows integrated out, and ``log gamma`` given the tables with
+        ``beta`` integrated out (:func:`numpyro_hdphmm._core.crp.sample_global`).  Both are
+        exact; on the README's example the collapsed updates give bulk ESS 350-620 of 600 draws
+        for ``gamma``, ``alpha`` and ``kappa`` where the auxiliary ones give 4-290, at a similar
+        cost per sweep (``docs/benchmarks.md``, "Hyperparameter mixing").  Not yet the default:
+        with it, an inner NUTS kernel on other hyperparameter sites stalled in one test (issue 16).
     :param verbose: print the update plan (:meth:`update_plan`) at initialization.
 
     Subclasses set :attr:`algorithm` (an :class:`Algorithm` instance, built from the kernel's
@@ -400,11 +409,14 @@ class HDPKernel(MCMCKernel):
     algorithm: Algorithm = Algorithm()
 
     def __init__(self, model, *, inner_kernel: Optional[MCMCKernel] = None, exact_hyperparameters: bool = True,
-                 verbose: bool = False):
+                 hyperparameters: str = "auxiliary", verbose: bool = False):
         if not callable(model):
             raise ValueError("`model` must be a NumPyro model (a callable).")
         if inner_kernel is not None and not isinstance(inner_kernel, MCMCKernel):
             raise ValueError(f"`inner_kernel` must be a numpyro MCMCKernel (e.g. NUTS(model)), got {type(inner_kernel).__name__}.")
+        if hyperparameters not in crp.HYPERPARAMETER_UPDATES:
+            raise ValueError(f"`hyperparameters` must be one of {crp.HYPERPARAMETER_UPDATES}, got {hyperparameters!r}.")
+        self._hyperparameters = hyperparameters
         self._model = model
         self._inner_proto = inner_kernel
         self._exact_hyper = bool(exact_hyperparameters)
@@ -490,7 +502,7 @@ class HDPKernel(MCMCKernel):
         name = type(self).__name__
         spec = discover(conditioned(self.model), model_args, model_kwargs, kernel=name,
                         exact_hyperparameters=self._exact_hyper, own_dp_concentration=self.algorithm.owns_dp_concentration,
-                        describe=self.algorithm.describe)
+                        describe=self.algorithm.describe, hyperparameters=self._hyperparameters)
         self.algorithm.check(spec)
         _check_capacity(spec.capacity, name)
         self._spec, self._spec_key = spec, key

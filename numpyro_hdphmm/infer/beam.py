@@ -182,7 +182,8 @@ class Beam(Algorithm):
         params, sigma = view.emission.update_parameters(
             k_theta, flatten_time(data.x), weights.reshape(-1, capacity), params, view.dp_concentration_prior)
         # 6. tables, hyperparameters, beta, rows
-        draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False)
+        draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False,
+                                 hyperparameters=spec.hyperparameters)
         hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
         info = BeamInfo(overflow=overflow, num_instantiated=jnp.sum(inst).astype(jnp.int32), ffbs_ok=jnp.all(ok))
         return Explicit(states, draw.beta, draw.trans, params, hyper), info

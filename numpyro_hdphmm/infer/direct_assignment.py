@@ -264,7 +264,7 @@ class DirectAssignment(Algorithm):
             beta = jnp.concatenate([beta[old_of_new], beta[capacity:]])
         # 3-5 and the rows: the global step given the states
         draw = crp.sample_global(k_global, states, data.lengths, beta.astype(state.beta.dtype), view.hyper,
-                                 view.priors, weak_limit=False)
+                                 view.priors, weak_limit=False, hyperparameters=spec.hyperparameters)
         # the emission parameters (and a DP-mixture concentration) given the states of the sweep
         # (a DP mixture's component indicators, the only statistics read here, do not depend on the labels)
         weights = state_weights(states, data.valid, capacity, draw.beta.dtype).reshape(-1, capacity)

@@ -33,7 +33,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
-from numpyro_hdphmm._core.crp import Concentrations, HyperPriors
+from numpyro_hdphmm._core.crp import HYPERPARAMETER_UPDATES, Concentrations, HyperPriors
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = [
@@ -90,8 +90,9 @@ class HyperSites(NamedTuple):
 
 
 class SiteUpdate(NamedTuple):
-    """One row of the update plan: ``site``, ``update`` (``"algorithm"``, ``"exact"`` or
-    ``"inner"``) and ``reason``."""
+    """One row of the update plan: ``site``, ``update`` (``"algorithm"``, ``"exact"``: exact
+    auxiliary-variable update, ``"collapsed"``: exact slice-sampling update of the collapsed
+    conditional, or ``"inner"``) and ``reason``."""
 
     site: str
     update: str
@@ -101,6 +102,7 @@ class SiteUpdate(NamedTuple):
 _UPDATE_LABELS = {
     "algorithm": "owned by the algorithm",
     "exact": "exact auxiliary-variable update",
+    "collapsed": "collapsed slice-sampling update",
     "inner": "inner kernel",
 }
 
@@ -120,7 +122,7 @@ class UpdatePlan(tuple):
         return "UpdatePlan(\n" + str(self) + "\n)"
 
     def sites(self, update: str) -> Tuple[str, ...]:
-        """The sites with the given update (``"algorithm"``, ``"exact"`` or ``"inner"``)."""
+        """The sites with the given update (``"algorithm"``, ``"exact"``, ``"collapsed"`` or ``"inner"``)."""
         return tuple(u.site for u in self if u.update == update)
 
 
@@ -132,7 +134,9 @@ class ModelSpec(NamedTuple):
     ``"weak_limit"`` (``Dir(gamma/L)``); ``family``: the emission family's class name;
     ``owns_parameters``: the family declares its parameter sites (``False``: custom emissions,
     the user's sites); ``hyper``: :class:`HyperSites`; ``inner_sites``: the sites the inner kernel
-    updates; ``plan``: :class:`UpdatePlan`.
+    updates; ``plan``: :class:`UpdatePlan`; ``hyperparameters``: how the sites of :attr:`hyper`
+    (but a DP-mixture concentration) are updated, ``"auxiliary"`` or ``"collapsed"``
+    (:func:`numpyro_hdphmm._core.crp.sample_global`).
     """
 
     sites: HMMSites
@@ -144,6 +148,7 @@ class ModelSpec(NamedTuple):
     hyper: HyperSites
     inner_sites: Tuple[str, ...]
     plan: UpdatePlan
+    hyperparameters: str = "auxiliary"
 
 
 class SequenceData(NamedTuple):
@@ -402,6 +407,22 @@ _EXACT_REASONS = {
     "dp_concentration": "DP-mixture concentration: auxiliary variables given the component tables (Fox et al. App. III)",
 }
 
+_COLLAPSED_REASONS = {
+    "gamma": "gamma: slice sampling of log gamma given the informative tables, beta integrated out",
+    "pair": "{site}: slice sampling of log(alpha + kappa) and logit(kappa / (alpha + kappa)) given the states and "
+            "beta, the rows integrated out (Dirichlet-multinomial)",
+    "alpha": "alpha: slice sampling of log alpha given the states and beta, the rows integrated out (Dirichlet-multinomial)",
+    "kappa": "kappa: slice sampling of log kappa given the states and beta, the rows integrated out (Dirichlet-multinomial)",
+}
+
+
+def _collapsed_reason(role: str, hyper: HyperSites) -> str:
+    if role == "gamma":
+        return _COLLAPSED_REASONS["gamma"]
+    both = hyper.c is not None or (hyper.alpha is not None and hyper.kappa is not None)
+    names = {"alpha": "alpha", "kappa": "kappa", "c": "alpha + kappa", "rho": "kappa / (alpha + kappa)"}
+    return _COLLAPSED_REASONS["pair"].format(site=names[role]) if both else _COLLAPSED_REASONS[role]
+
 
 def _check_inner_supports(model, sites: HMMSites, trace, latent, inner_sites, model_args, model_kwargs, kernel):
     """Reject inner-kernel sites whose support lets the model become invalid.
@@ -436,7 +457,7 @@ def _check_inner_supports(model, sites: HMMSites, trace, latent, inner_sites, mo
 
 def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM kernel",
              exact_hyperparameters: bool = True, own_dp_concentration: bool = True,
-             describe: Optional[Dict[str, str]] = None) -> ModelSpec:
+             describe: Optional[Dict[str, str]] = None, hyperparameters: str = "auxiliary") -> ModelSpec:
     """Trace ``model`` once at a concrete prior draw and return its :class:`ModelSpec`.
 
     ``model``: the model as the kernel samples it (conditioned on any sites another Gibbs block
@@ -444,11 +465,15 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
     ``exact_hyperparameters``: recognize sites for the exact updates (``False``: every
     hyperparameter site goes to the inner kernel); ``own_dp_concentration``: the algorithm updates
     a DP-mixture emission's concentration site exactly; ``describe``: what the algorithm does with
-    each of its sites, by role (``"beta"``, ``"trans"``, ``"states"``, ``"params"``), for the plan.
+    each of its sites, by role (``"beta"``, ``"trans"``, ``"states"``, ``"params"``), for the plan;
+    ``hyperparameters``: ``"auxiliary"`` (Fox et al.'s auxiliary variables) or ``"collapsed"``
+    (slice sampling of the collapsed conditionals) for the recognized concentrations.
     Runs eagerly on concrete values (also when called while a caller traces, e.g. under ``pmap``).
     """
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
     describe = describe or {}
+    if hyperparameters not in HYPERPARAMETER_UPDATES:
+        raise ValueError(f"`hyperparameters` must be one of {HYPERPARAMETER_UPDATES}, got {hyperparameters!r}.")
     with jax.ensure_compile_time_eval():
         trace = prior_trace(model, jax.random.key(0), model_args, model_kwargs)
         sites, batched, emission = _find_sites(trace, kernel)
@@ -469,6 +494,9 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
     for s in latent:
         if s in role_of:
             rows.append(SiteUpdate(s, "algorithm", describe.get(role_of[s], role_of[s])))
+        elif s in exact_role and hyperparameters == "collapsed" and exact_role[s] != "dp_concentration":
+            why = f"{_describe_prior(trace[s]['fn'])} prior; {_collapsed_reason(exact_role[s], hyper)}"
+            rows.append(SiteUpdate(s, "collapsed", why))
         elif s in exact_role:
             rows.append(SiteUpdate(s, "exact", f"{_describe_prior(trace[s]['fn'])} prior; {_EXACT_REASONS[exact_role[s]]}"))
         else:
@@ -493,6 +521,7 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
         hyper=hyper,
         inner_sites=inner,
         plan=UpdatePlan(rows),
+        hyperparameters=hyperparameters,
     )
 
 

@@ -117,7 +117,8 @@ class WeakLimit(Algorithm):
         params, sigma = emission.update_parameters(
             k_theta, flatten_time(data.x), weights.reshape(-1, capacity), state.params, view.dp_concentration_prior)
         # 3. tables, hyperparameters, beta, rows
-        draw = crp.sample_global(k_global, states, data.lengths, state.beta, view.hyper, view.priors, weak_limit=True)
+        draw = crp.sample_global(k_global, states, data.lengths, state.beta, view.hyper, view.priors, weak_limit=True,
+                                 hyperparameters=spec.hyperparameters)
         hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
         overflow = jnp.all(used_slots(states, data.lengths, capacity))
         return Explicit(states, draw.beta, draw.trans, params, hyper), WeakLimitInfo(overflow, ffbs_ok)

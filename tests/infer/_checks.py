@@ -339,3 +339,109 @@ def chi_square_pvalue(exact: dict, keys, min_expected=5.0):
     observed, expected = np.asarray(observed, float), np.asarray(expected, float)
     stat = np.sum((observed - expected) ** 2 / expected)
     return float(chi2.sf(stat, len(expected) - 1))
+
+
+# ------------------------------------------------ exact posteriors with alpha, kappa random
+def _log_gamma_density(x, shape, rate):
+    return shape * np.log(rate) - gammaln(shape) + (shape - 1.0) * np.log(x) - rate * x
+
+
+def log_hyper_grid(alpha_prior, kappa_prior, num_points=80, lo=-7.0, hi=4.0):
+    """A grid in ``(log alpha, log kappa)`` for the exact posteriors below: ``(u (A,), v (V,),
+    log prior density of (u, v) (A, V))`` (Gamma priors, the Jacobian ``alpha kappa`` included)."""
+    u = np.linspace(lo, hi, num_points)
+    v = np.linspace(lo, hi, num_points)
+    log_prior = (_log_gamma_density(np.exp(u), *alpha_prior) + u)[:, None] + (_log_gamma_density(np.exp(v), *kappa_prior) + v)[None, :]
+    return u, v, log_prior
+
+
+def _hyper_summary(log_joint_by_key, u, v):
+    """``log_joint_by_key``: partition -> ``(A, V)`` log joint on the grid.  Returns the partition
+    probabilities and the marginal log densities of ``log alpha`` and ``log kappa`` (trapezoid)."""
+    keys = list(log_joint_by_key)
+    logs = np.stack([log_joint_by_key[k] for k in keys])  # (P, A, V)
+    top = logs.max()
+    dens = np.exp(logs - top)
+    du, dv = np.gradient(u), np.gradient(v)  # trapezoid-like weights on a uniform grid
+    mass = np.einsum("pav,a,v->p", dens, du, dv)
+    probs = dict(zip(keys, mass / mass.sum()))
+    joint = dens.sum(0)
+    return probs, np.log(joint @ dv + 1e-300), np.log(du @ joint + 1e-300)
+
+
+def exact_weak_limit_hyper_posterior(sequences, num_states, gamma, alpha_prior, kappa_prior, num_categories,
+                                     emission_conc, num_points=80):
+    """Exact posterior of the weak-limit sticky HDP-HMM with categorical emissions when
+    ``alpha ~ Gamma(alpha_prior)`` and ``kappa ~ Gamma(kappa_prior)`` (shape, rate) are random and
+    ``gamma`` fixed: ``p(z, alpha, kappa | y) ∝ p(alpha) p(kappa) DirMult(y | z) int p(z | beta,
+    alpha, kappa) Dir(beta; gamma/L) dbeta``, the rows integrated out (Dirichlet-multinomials:
+    ``Gamma(c_j)/Gamma(c_j + n_j.) prod_k (c_jk)^(n_jk)`` with the rising factorial, a polynomial
+    of degree ``T`` in ``beta``, so for ``gamma = L`` (a uniform prior on ``beta``) a Gauss-Legendre
+    rule on the simplex integrates it exactly for ``T <= 6``),
+    ``(log alpha, log kappa)`` on a grid (:func:`log_hyper_grid`).
+
+    Returns ``(probs, u, log p(log alpha | y) on u, v, log p(log kappa | y) on v)``; ``probs``:
+    partition -> probability."""
+    L = num_states
+    lengths = [len(s) for s in sequences]
+    flat_y = np.concatenate([np.asarray(s) for s in sequences])
+    nodes, weights = _simplex_rule(L, num_nodes=8)
+    log_prior_beta = gammaln(gamma) - L * gammaln(gamma / L) + np.sum((gamma / L - 1) * np.log(nodes), -1)
+    log_w_beta = np.log(weights) + log_prior_beta  # (B,)
+    u, v, log_prior = log_hyper_grid(alpha_prior, kappa_prior, num_points)
+    a = np.exp(u)[:, None, None]  # (A, 1, 1)
+    k = np.exp(v)[None, :, None]  # (1, V, 1)
+    post = {}
+    # one labelling per partition (the canonical one), times the L!/(L-m)! labellings of its m
+    # blocks: the symmetric Dir(gamma/L) and emission priors make them equally probable
+    for key in restricted_growth_strings(flat_y.size):
+        flat_z = np.array(key)
+        num_blocks = int(flat_z.max()) + 1
+        if num_blocks > L:
+            continue
+        log_labellings = gammaln(L + 1) - gammaln(L - num_blocks + 1)
+        counts_y = np.zeros((L, num_categories))
+        np.add.at(counts_y, (flat_z, flat_y), 1)
+        log_py = _log_dirmult_rows(counts_y, np.full((L, num_categories), emission_conc))
+        n, first = infinite_transition_counts(flat_z, lengths, L)
+        # row totals (independent of beta): start row alpha, state rows alpha + kappa
+        log_pz = (gammaln(a) - gammaln(a + first.sum()))[..., 0] + sum(
+            (gammaln(a + k) - gammaln(a + k + n[j].sum()))[..., 0] for j in range(L))
+        log_pz = log_pz[..., None] + np.zeros(len(nodes))  # (A, V, B)
+        for j, row in [(L, first)] + [(j, n[j]) for j in range(L)]:
+            for col in np.nonzero(row)[0]:
+                conc = a * nodes[None, None, :, col] + (k if col == j else 0.0)
+                log_pz = log_pz + gammaln(conc + row[col]) - gammaln(conc)
+        post[key] = np.logaddexp.reduce(log_pz + log_w_beta, -1) + log_prior + log_py + log_labellings
+    probs, log_pu, log_pv = _hyper_summary(post, u, v)
+    return probs, u, log_pu, v, log_pv
+
+
+def exact_infinite_hyper_posterior(sequences, gamma, alpha_prior, kappa_prior, num_categories, emission_conc,
+                                   num_points=30):
+    """The infinite model's exact posterior with ``alpha``, ``kappa`` random (Gamma priors) and
+    ``gamma`` fixed: ``p(partition, alpha, kappa | y) ∝ p(alpha) p(kappa) p(partition | gamma,
+    alpha, kappa) prod_k DirMult(y_k)`` (:func:`log_infinite_prior_partition`), enumerated over
+    the Bell(T) partitions, ``(log alpha, log kappa)`` on a grid.  Returns the same as
+    :func:`exact_weak_limit_hyper_posterior`."""
+    lengths = [len(s) for s in sequences]
+    flat_y = np.concatenate([np.asarray(s, int) for s in sequences])
+    u, v, log_prior = log_hyper_grid(alpha_prior, kappa_prior, num_points)
+    post = {}
+    for z in restricted_growth_strings(flat_y.size):
+        log_py = _log_dirmult_partition(z, flat_y, num_categories, emission_conc)
+        prior = np.array([[partition.log_partition_prior(z, lengths, gamma, np.exp(a), np.exp(k)) for k in v] for a in u])
+        post[z] = prior + log_prior + log_py
+    probs, log_pu, log_pv = _hyper_summary(post, u, v)
+    return probs, u, log_pu, v, log_pv
+
+
+def ks_against_grid(draws, grid, log_density):
+    """Kolmogorov-Smirnov p-value of ``draws`` against the density ``exp(log_density)`` tabulated
+    on the sorted ``grid`` (trapezoid CDF, linear interpolation)."""
+    from scipy import stats
+
+    p = np.exp(log_density - np.max(log_density))
+    cdf = np.concatenate([[0.0], np.cumsum(0.5 * (p[1:] + p[:-1]) * np.diff(grid))])
+    cdf /= cdf[-1]
+    return stats.kstest(np.asarray(draws), lambda x: np.interp(x, grid, cdf)).pvalue

@@ -172,7 +172,7 @@ def test_geweke_detects_printed_gamma_update(monkeypatch):
     monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        z = geweke_z_scores(BeamSampler(hyper_model), hyper_model, _stats(), **GEWEKE_RUN)
+        z = geweke_z_scores(BeamSampler(hyper_model, hyperparameters="auxiliary"), hyper_model, _stats(), **GEWEKE_RUN)
     print("Geweke z (printed gamma update):", {k: round(float(v), 2) for k, v in z.items()})
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
 

@@ -90,13 +90,13 @@ def _summary_z(a, b):
     return out
 
 
-def _exact_vs_generic(num_chains, num_warmup, num_samples, kernel_cls=WeakLimitGibbs):
-    """The same Gamma hyperpriors, once recognized (exact auxiliary-variable updates) and once
+def _exact_vs_generic(num_chains, num_warmup, num_samples, kernel_cls=WeakLimitGibbs, hyperparameters="auxiliary"):
+    """The same Gamma hyperpriors, once recognized (exact updates, ``hyperparameters``) and once
     forced through the inner NUTS kernel (the model's densities: for the infinite-model kernels
     the ``GEM`` density of the represented sticks and the rows' Dirichlets)."""
     y, _ = categorical_data()
     model = make_gamma_prior_model(CAPACITY[kernel_cls])
-    exact_kernel = kernel_cls(model)
+    exact_kernel = kernel_cls(model, hyperparameters=hyperparameters)
     exact = _chains(exact_kernel, y, num_chains, num_warmup, num_samples, seed=1)
     assert exact_kernel.spec.hyper.gamma == "gamma" and exact_kernel.spec.hyper.alpha == "alpha"
     generic_kernel = kernel_cls(model, exact_hyperparameters=False)
@@ -198,7 +198,7 @@ def test_exact_vs_generic_detects_wrong_alpha_prior(monkeypatch):
         return real(key, alpha, kappa, tables, n, first, (a, 2.0 * b), kappa_prior)
 
     monkeypatch.setattr(crp, "resample_alpha_kappa", broken)
-    z, _, _ = _exact_vs_generic(num_chains=8, num_warmup=100, num_samples=200)
+    z, _, _ = _exact_vs_generic(num_chains=8, num_warmup=100, num_samples=200, hyperparameters="auxiliary")
     print(z)
     assert abs(z["alpha"]["mean"]) > Z_LIMIT, z
 

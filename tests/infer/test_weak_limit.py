@@ -100,7 +100,7 @@ def test_geweke_with_hyperparameter_updates():
 @pytest.mark.slow
 def test_geweke_detects_printed_gamma_update(monkeypatch):
     monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
-    z = geweke_z_scores(WeakLimitGibbs(hyper_model), weak_limit(hyper_model), _stats(), num_steps=8,
+    z = geweke_z_scores(WeakLimitGibbs(hyper_model, hyperparameters="auxiliary"), weak_limit(hyper_model), _stats(), num_steps=8,
                         num_iterations=6000, num_prior=6000)
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
 

@@ -160,3 +160,145 @@ def test_enumeration_detects_missing_transition_term(monkeypatch):
     tv, bound = _enumeration_tv("posterior", 2, 1.5)
     print(f"ancestor weight without pi(s'_t | .): TV {tv:.4f}, bound {bound:.4f}")
     assert tv > bound, (tv, bound)
+
+
+# ---------------------------------------------------------------------------- Geweke
+GEWEKE_CAPACITY = 30
+
+
+def hyper_model(y=None, num_steps=None):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 2.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
+    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
+    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=GEWEKE_CAPACITY,
+                          num_steps=num_steps)
+    nh.sample("y", hmm, obs=y)
+
+
+def _stats():
+    """Label-invariant statistics (the kernel relabels states by first appearance)."""
+    k = GEWEKE_CAPACITY
+
+    def first(z):
+        return z["y_states"][0]
+
+    return {
+        "gamma": lambda z: z["gamma"],
+        "alpha": lambda z: z["alpha"],
+        "kappa": lambda z: z["kappa"],
+        "beta_first": lambda z: z["y_beta"][first(z)],
+        "pi_first_self": lambda z: z["y_trans"][first(z), first(z)],
+        "pi_start_first": lambda z: z["y_trans"][k, first(z)],
+        "probs_first": lambda z: z["y_probs"][first(z), 0],
+        "self_rate": lambda z: jnp.mean(z["y_states"][1:] == z["y_states"][:-1]),
+        "num_states": lambda z: jnp.sum(jnp.zeros(k, bool).at[z["y_states"]].set(True)),
+    }
+
+
+GEWEKE_LIMIT = 4.5
+GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=1500, num_prior=20000)
+
+
+def _geweke(proposal):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
+        return geweke_z_scores(PGAS(hyper_model, num_particles=4, proposal=proposal), hyper_model, _stats(),
+                               **GEWEKE_RUN)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposal", ["posterior", "prior"])
+def test_geweke_with_hyperparameter_updates(proposal):
+    z = _geweke(proposal)
+    print(f"Geweke z ({proposal}):", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
+
+
+@pytest.mark.slow
+def test_geweke_detects_printed_gamma_update(monkeypatch):
+    """Negative control: Fox et al.'s printed mixing weight for the gamma update."""
+    monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
+    z = _geweke("posterior")
+    print("Geweke z (printed gamma update):", {k: round(float(v), 2) for k, v in z.items()})
+    assert abs(z["gamma"]) > GEWEKE_LIMIT, z
+
+
+# ------------------------------------------------------------ agreement with WeakLimitGibbs
+def gauss_model(y):
+    emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+    nh.sample("y", nh.StickyHDPHMM(1.0, 3.0, 5.0, emission, max_states=20), obs=y)
+
+
+@pytest.mark.slow
+def test_agrees_with_weak_limit():
+    """Posterior means of num_states and of the log-likelihood: PGAS (N = 10, posterior
+    proposal; infinite model) against WeakLimitGibbs with L = 20, within 4 standard errors
+    (ArviZ ESS over 4 chains)."""
+    import arviz as az
+
+    rng = np.random.default_rng(1)
+    y = np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30), rng.normal(0, 1, 20)])[:, None]
+    out = {}
+    for name, kernel in (("PGAS", PGAS(gauss_model)), ("WeakLimitGibbs", WeakLimitGibbs(gauss_model))):
+        mcmc = MCMC(kernel, num_warmup=300, num_samples=1500, num_chains=4, chain_method="vectorized",
+                    progress_bar=False)
+        mcmc.run(jax.random.key(0), y)
+        s = mcmc.get_samples()
+        family = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+        ll = jax.vmap(lambda mu, cov, z: family.pointwise_log_likelihood(jnp.asarray(y), {"mu": mu, "cov": cov}, z).sum())(
+            s["y_mu"], s["y_cov"], s["y_states"])
+        out[name] = (np.asarray(s["y_num_states"], float), np.asarray(ll))
+    for i, stat in enumerate(("num_states", "log-likelihood")):
+        a, b = out["PGAS"][i], out["WeakLimitGibbs"][i]
+        se = np.sqrt(a.var() / az.ess(a.reshape(4, -1)) + b.var() / az.ess(b.reshape(4, -1)))
+        print(f"{stat}: PGAS {a.mean():.3f}, WeakLimitGibbs {b.mean():.3f}, z {(a.mean() - b.mean()) / se:.2f}")
+        assert abs(a.mean() - b.mean()) < 4 * se + 1e-9, (stat, a.mean(), b.mean(), se)
+
+
+# ------------------------------------------------------------------- plumbing, validation
+def poisson_model(y, lengths=None):
+    hmm = nh.StickyHDPHMM(1.0, 2.0, 1.0, nh.emissions.Poisson(1.0, 0.2), max_states=8)
+    nh.sample("y", hmm, obs=y, lengths=lengths)
+
+
+def test_several_sequences_missing_values_diagnostics():
+    """Two padded sequences with a missing observation, prior proposal: valid compacted states,
+    padding copies the last valid state, beta and rows on the simplex, diagnostics in range."""
+    rng = np.random.default_rng(0)
+    y = rng.poisson(rng.choice([1.0, 8.0, 20.0], size=(2, 30))).astype(float)
+    y[0, 3] = np.nan
+    lengths = np.array([30, 22])
+    mcmc = MCMC(PGAS(poisson_model, num_particles=3, proposal="prior"), num_warmup=5, num_samples=10,
+                progress_bar=False)
+    fields = ("ess_mean", "ess_min", "reference_kept", "states_created", "num_instantiated", "update_rate")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mcmc.run(jax.random.key(0), y, lengths, extra_fields=fields)
+    s, info = mcmc.get_samples(), mcmc.get_extra_fields()
+    states = np.asarray(s["y_states"])
+    assert states.shape == (10, 2, 30) and states.min() >= 0 and states.max() < 8
+    np.testing.assert_array_equal(states[:, 1, 22:], np.repeat(states[:, 1, 21:22], 8, 1))
+    for z in states:  # canonical labels: first appearance order
+        seen = [int(v) for v in dict.fromkeys(np.concatenate([z[0], z[1, :22]]))]
+        assert seen == list(range(len(seen)))
+    np.testing.assert_allclose(np.asarray(s["y_beta"]).sum(-1), 1.0, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(s["y_trans"]).sum(-1), 1.0, rtol=1e-10)
+    ess_mean, ess_min = np.asarray(info["ess_mean"]), np.asarray(info["ess_min"])
+    assert np.all((ess_min > 0) & (ess_min <= ess_mean + 1e-12) & (ess_mean <= 1 + 1e-12))
+    assert np.all(np.asarray(info["num_instantiated"]) >= np.asarray(s["y_num_states"]))
+    rate = np.asarray(info["update_rate"])
+    assert np.all((rate >= 0) & (rate <= 1)) and np.all((rate == 0) == np.asarray(info["reference_kept"]))
+
+
+@pytest.mark.parametrize("kwargs,match", [({"num_particles": 1}, "num_particles"),
+                                          ({"num_particles": 2.0}, "num_particles"),
+                                          ({"proposal": "optimal"}, "proposal")])
+def test_input_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PGAS(_model(0.0), **kwargs)
+
+
+def test_weak_limit_model_is_rejected():
+    with pytest.raises(NotImplementedError, match="GEM"):
+        MCMC(PGAS(weak_limit(_model(0.0))), num_warmup=1, num_samples=1, progress_bar=False).run(
+            jax.random.key(0), np.array([0, 1]))

@@ -23,6 +23,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import PGAS, WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer import pgas
 
+import test_beam
 from _checks import empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, printed_gamma_update, tv_bound
 
 
@@ -162,37 +163,33 @@ def test_enumeration_detects_missing_transition_term(monkeypatch):
     assert tv > bound, (tv, bound)
 
 
-# ---------------------------------------------------------------------------- Geweke
-GEWEKE_CAPACITY = 30
+
+ETA = 0.3  # the custom emission's Dirichlet prior (sharp: informative)
 
 
-def hyper_model(y=None, num_steps=None):
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 2.0))
-    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
-    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
-    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=GEWEKE_CAPACITY,
-                          num_steps=num_steps)
+def custom_model(y):
+    """Categorical emissions with the user's Dirichlet(ETA) site (the parameters stay explicit,
+    states keep their slots): the same partition posterior as ``Categorical(C, ETA)``."""
+    probs = numpyro.sample("probs", dist.Dirichlet(jnp.full(C, ETA)).expand([CAPACITY]).to_event(1))
+    hmm = nh.StickyHDPHMM(GAMMA, ALPHA, 1.5, lambda k: dist.Categorical(probs=probs[k]), max_states=CAPACITY)
     nh.sample("y", hmm, obs=y)
 
 
-def _stats():
-    """Label-invariant statistics (the kernel relabels states by first appearance)."""
-    k = GEWEKE_CAPACITY
+@pytest.mark.slow
+@pytest.mark.parametrize("proposal", ["posterior", "prior"])
+def test_enumeration_custom_emission(proposal):
+    """Custom emissions (new states' parameters: the free slots' current values; posterior
+    proposal with the free-slot estimate of the prior predictive) against the exact posterior."""
+    exact = exact_infinite_posterior([EXACT_Y], GAMMA, ALPHA, 1.5, C, ETA)
+    draws = final_states(PGAS(custom_model, num_particles=4, proposal=proposal), (np.array(EXACT_Y),),
+                         num_chains=1000, num_warmup=40)
+    tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
+    print(f"custom emission, {proposal}: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound, (tv, bound)
 
-    def first(z):
-        return z["y_states"][0]
-
-    return {
-        "gamma": lambda z: z["gamma"],
-        "alpha": lambda z: z["alpha"],
-        "kappa": lambda z: z["kappa"],
-        "beta_first": lambda z: z["y_beta"][first(z)],
-        "pi_first_self": lambda z: z["y_trans"][first(z), first(z)],
-        "pi_start_first": lambda z: z["y_trans"][k, first(z)],
-        "probs_first": lambda z: z["y_probs"][first(z), 0],
-        "self_rate": lambda z: jnp.mean(z["y_states"][1:] == z["y_states"][:-1]),
-        "num_states": lambda z: jnp.sum(jnp.zeros(k, bool).at[z["y_states"]].set(True)),
-    }
+# ---------------------------------------------------------------------------- Geweke
+# the Geweke model and label-invariant statistics of the beam sampler's test (same relabelling)
+hyper_model = test_beam.hyper_model
 
 
 GEWEKE_LIMIT = 4.5
@@ -202,7 +199,7 @@ GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=1500, num_prior=200
 def _geweke(proposal):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
-        return geweke_z_scores(PGAS(hyper_model, num_particles=4, proposal=proposal), hyper_model, _stats(),
+        return geweke_z_scores(PGAS(hyper_model, num_particles=4, proposal=proposal), hyper_model, test_beam._stats(),
                                **GEWEKE_RUN)
 
 

@@ -193,7 +193,7 @@ hyper_model = test_beam.hyper_model
 
 
 GEWEKE_LIMIT = 4.5
-GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=1500, num_prior=20000)
+GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=3000, num_prior=20000)
 
 
 def _geweke(proposal):
@@ -299,3 +299,33 @@ def test_weak_limit_model_is_rejected():
     with pytest.raises(NotImplementedError, match="GEM"):
         MCMC(PGAS(weak_limit(_model(0.0))), num_warmup=1, num_samples=1, progress_bar=False).run(
             jax.random.key(0), np.array([0, 1]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,proposal", [
+    ("gaussian", "posterior"), ("diagonal", "posterior"), ("autoregressive", "posterior"), ("vmf", "posterior"),
+    ("dp_mixture", "posterior"), ("gaussian", "prior"), ("categorical", "prior")])
+def test_emission_families_run(family, proposal):
+    """Every family runs (finite log joint, a plausible number of states on 3-regime data)."""
+    rng = np.random.default_rng(0)
+    seg = np.repeat([0, 1, 0, 2], 15)
+    if family in ("categorical", "dp_mixture"):
+        y = (seg + rng.integers(0, 2, seg.size)) % 4
+        emission = (nh.emissions.Categorical(4, 0.5) if family == "categorical"
+                    else nh.emissions.DPMixture(nh.emissions.Categorical(4, 0.5), 1.0, 3))
+    else:
+        means = np.array([[3.0, 0.0], [-3.0, 1.0], [0.0, -3.0]])
+        y = means[seg] + rng.normal(scale=0.5, size=(seg.size, 2))
+        if family == "vmf":
+            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
+        cls = {"gaussian": nh.emissions.GaussianNIW, "diagonal": nh.emissions.DiagonalGaussian,
+               "autoregressive": nh.emissions.AutoRegressive, "vmf": nh.emissions.VonMisesFisher}[family]
+        emission = cls.weakly_informative(y)
+
+    def model(y):
+        nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, emission, max_states=12), obs=y)
+
+    mcmc = MCMC(PGAS(model, num_particles=5, proposal=proposal), num_warmup=30, num_samples=30, progress_bar=False)
+    mcmc.run(jax.random.key(0), y)
+    assert np.all(np.isfinite(np.asarray(mcmc.get_extra_fields()["lp"])))
+    assert 1 <= np.median(np.asarray(mcmc.get_samples()["y_num_states"])) <= 6

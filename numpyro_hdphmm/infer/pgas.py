@@ -452,9 +452,10 @@ class PGAS(HDPKernel):
     :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
     :param num_particles: particles ``N >= 2`` of the conditional SMC (the reference included);
         the paper finds 10 sufficient with the posterior proposal.
-    :param proposal: ``"posterior"`` (fully adapted, ``O(T N K)`` per sweep; new states of
-        conjugate families with their parameters integrated out per particle) or ``"prior"``
-        (the transition rows, ``O(T N log K)``; new states' parameters from the prior).
+    :param proposal: ``"prior"`` (the transition rows, ``O(T N log K)``; new states' parameters
+        from the prior) or ``"posterior"`` (fully adapted, ``O(T N K)``; **not validated yet: raises
+        NotImplementedError**, it fails the Geweke test; the algorithm
+        :class:`ParticleGibbs` still implements it for the tests that locate the bias).
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
     :param verbose: print the update plan at initialization.
@@ -462,12 +463,19 @@ class PGAS(HDPKernel):
     Collected diagnostics: :class:`PGASInfo` (e.g. ``extra_fields=("ess_mean", "reference_kept")``).
     """
 
-    def __init__(self, model, num_particles: int = 10, proposal: str = "posterior", *, inner_kernel=None,
+    def __init__(self, model, num_particles: int = 10, proposal: str = "prior", *, inner_kernel=None,
                  exact_hyperparameters: bool = True, verbose: bool = False):
         if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 2:
             raise ValueError(f"`num_particles` must be an integer >= 2 (the reference and at least one other), "
                              f"got {num_particles!r}.")
         if proposal not in PROPOSALS:
             raise ValueError(f"`proposal` must be one of {PROPOSALS}, got {proposal!r}.")
+        if proposal == "posterior":
+            raise NotImplementedError(
+                "PGAS(proposal='posterior') is not validated yet: it passes the exact enumeration tests (T <= 6) "
+                "but fails the Geweke test with hyperparameter updates (z = -6.3 for the first state's "
+                "self-transition, +5.8 for the number of states, 16 chains x 3000 sweeps: too many states); "
+                "use proposal='prior' (passes) until the fully adapted proposal is fixed."
+            )
         self.algorithm = ParticleGibbs(num_particles, proposal)
         super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose)

@@ -20,11 +20,21 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer import PGAS, WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import PGAS, HDPKernel, WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer import pgas
 
 import test_beam
 from _checks import empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, printed_gamma_update, tv_bound
+
+
+def pgas_kernel(model, num_particles, proposal):
+    """The algorithm behind any proposal, including the fully adapted one that ``PGAS`` refuses
+    until it passes the Geweke test (the exact tests below still exercise it)."""
+
+    class Kernel(HDPKernel):
+        algorithm = pgas.ParticleGibbs(num_particles, proposal)
+
+    return Kernel(model)
 
 
 def drop_transition_term(real):
@@ -111,6 +121,7 @@ def test_conditional_smc_fixed_parameters_exact(proposal):
     assert tv < bound, (tv, bound)
 
 
+@pytest.mark.slow
 def test_conditional_smc_fixed_parameters_detects_missing_transition_term(monkeypatch):
     """Negative control: without the transition into the reference state in the ancestor
     weights the same check fails."""
@@ -137,7 +148,7 @@ def _model(kappa):
 
 def _enumeration_tv(proposal, num_particles, kappa):
     exact = exact_infinite_posterior([EXACT_Y], GAMMA, ALPHA, kappa, C, 1.0)
-    kernel = PGAS(_model(kappa), num_particles=num_particles, proposal=proposal)
+    kernel = pgas_kernel(_model(kappa), num_particles, proposal)
     draws = final_states(kernel, (np.array(EXACT_Y),), num_chains=NUM_CHAINS, num_warmup=NUM_WARMUP)
     return empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
 
@@ -181,7 +192,7 @@ def test_enumeration_custom_emission(proposal):
     """Custom emissions (new states' parameters: the free slots' current values; posterior
     proposal with the free-slot estimate of the prior predictive) against the exact posterior."""
     exact = exact_infinite_posterior([EXACT_Y], GAMMA, ALPHA, 1.5, C, ETA)
-    draws = final_states(PGAS(custom_model, num_particles=4, proposal=proposal), (np.array(EXACT_Y),),
+    draws = final_states(pgas_kernel(custom_model, 4, proposal), (np.array(EXACT_Y),),
                          num_chains=1000, num_warmup=40)
     tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
     print(f"custom emission, {proposal}: TV {tv:.4f}, bound {bound:.4f}")
@@ -199,13 +210,17 @@ GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=3000, num_prior=200
 def _geweke(proposal):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
-        return geweke_z_scores(PGAS(hyper_model, num_particles=4, proposal=proposal), hyper_model, test_beam._stats(),
+        return geweke_z_scores(pgas_kernel(hyper_model, 4, proposal), hyper_model, test_beam._stats(),
                                **GEWEKE_RUN)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("proposal", ["posterior", "prior"])
+@pytest.mark.parametrize("proposal", [
+    pytest.param("posterior", marks=pytest.mark.xfail(reason="known bias: z -6.3 / +5.8 at 16 x 3000", strict=True)),
+    "prior"])
 def test_geweke_with_hyperparameter_updates(proposal):
+    """Measured (16 chains x 3000): prior proposal max |z| 2.78; posterior proposal z -6.31
+    (pi_first_self), +5.80 (num_states): PGAS refuses the posterior proposal for now."""
     z = _geweke(proposal)
     print(f"Geweke z ({proposal}):", {k: round(float(v), 2) for k, v in z.items()})
     assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
@@ -215,7 +230,7 @@ def test_geweke_with_hyperparameter_updates(proposal):
 def test_geweke_detects_printed_gamma_update(monkeypatch):
     """Negative control: Fox et al.'s printed mixing weight for the gamma update."""
     monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
-    z = _geweke("posterior")
+    z = _geweke("prior")
     print("Geweke z (printed gamma update):", {k: round(float(v), 2) for k, v in z.items()})
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
 
@@ -228,8 +243,8 @@ def gauss_model(y):
 
 @pytest.mark.slow
 def test_agrees_with_weak_limit():
-    """Posterior means of num_states and of the log-likelihood: PGAS (N = 10, posterior
-    proposal; infinite model) against WeakLimitGibbs with L = 20, within 4 standard errors
+    """Posterior means of num_states and of the log-likelihood: PGAS (N = 10, prior proposal;
+    infinite model) against WeakLimitGibbs with L = 20, within 4 standard errors
     (ArviZ ESS over 4 chains)."""
     import arviz as az
 
@@ -295,6 +310,11 @@ def test_input_validation(kwargs, match):
         PGAS(_model(0.0), **kwargs)
 
 
+def test_posterior_proposal_is_refused_until_validated():
+    with pytest.raises(NotImplementedError, match="Geweke"):
+        PGAS(_model(0.0), proposal="posterior")
+
+
 def test_weak_limit_model_is_rejected():
     with pytest.raises(NotImplementedError, match="GEM"):
         MCMC(PGAS(weak_limit(_model(0.0))), num_warmup=1, num_samples=1, progress_bar=False).run(
@@ -325,7 +345,7 @@ def test_emission_families_run(family, proposal):
     def model(y):
         nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, emission, max_states=12), obs=y)
 
-    mcmc = MCMC(PGAS(model, num_particles=5, proposal=proposal), num_warmup=30, num_samples=30, progress_bar=False)
+    mcmc = MCMC(pgas_kernel(model, 5, proposal), num_warmup=30, num_samples=30, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     assert np.all(np.isfinite(np.asarray(mcmc.get_extra_fields()["lp"])))
     assert 1 <= np.median(np.asarray(mcmc.get_samples()["y_num_states"])) <= 6

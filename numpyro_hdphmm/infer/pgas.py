@@ -34,7 +34,8 @@ beta_rem)``, ``pi_j = (pi_j1..pi_jK, pi_j,rem)`` (start row last).  One sweep:
    *Proposals.*  ``"prior"``: ``q = pi(. | s_{t-1})``, drawn from cumulative rows computed once
    per sweep (``O(log K)`` per particle and step, ``O(T N log K)`` per sweep, the paper's
    ``O(T N)``); new states get emission parameters from their prior ``H`` and ``w_t = f(y_t |
-   theta_{s_t})``.  ``"posterior"`` (recommended): ``q(k | j) ∝ pi_jk p_k(y_t)``, fully adapted,
+   theta_{s_t})``.  ``"posterior"`` (the paper's recommendation; NOT VALIDATED: it fails the Geweke
+   test, :class:`PGAS` refuses it): ``q(k | j) ∝ pi_jk p_k(y_t)``, fully adapted,
    ``O(T N K)`` per sweep: for instantiated states ``p_k(y_t) = f(y_t | theta_k)``; for the
    states created in the sweep (and the lumped new state) of a conjugate family the emission
    parameters are **integrated out per particle**: ``p_k(y_t)`` is the posterior predictive given

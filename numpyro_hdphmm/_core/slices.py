@@ -9,6 +9,9 @@ restricted collapsed draw's beam mode):
     the slices of the current path, in log space (Van Gael et al. Sec. 3, the auxiliary step);
 ``extend_sticks``
     instantiate states by stick-breaking until no remainder of a row can pass a slice;
+``break_stick``
+    instantiate one state by stick-breaking, every random draw keyed by a global row / column
+    index (the lazy instantiation of particle Gibbs, whose replays must draw the same atom);
 ``slice_ffbs``
     forward filtering, backward sampling over the instantiated states with the time-varying 0/1
     transitions ``1[pi_ij > u_t]`` (Van Gael et al. Sec. 3), ``O(T k^2)`` in the number ``k`` of
@@ -34,7 +37,7 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.reduce import block_max, block_sum, padded_size
 from numpyro_hdphmm._core.slots import first_free_slot
 
-__all__ = ["draw_slices", "extend_sticks", "slice_ffbs", "ffbs_sizes", "ffbs_at_size"]
+__all__ = ["draw_slices", "extend_sticks", "break_stick", "slice_ffbs", "ffbs_sizes", "ffbs_at_size"]
 
 
 def draw_slices(rng_key, states, trans, lengths):
@@ -127,6 +130,57 @@ def extend_sticks(rng_key, inst, beta, trans, params, prior_params, log_u, gamma
 
     ext = lax.while_loop(cond, body, _Extension(inst, beta, trans, params, jnp.zeros((), jnp.int32)))
     return ext.inst, ext.beta, ext.trans, ext.params, needed(ext)
+
+
+def break_stick(rng_key, slot, inst, beta, trans, gamma, alpha, kappa, ids=None):
+    r"""Instantiate the free slot ``slot`` as the next atom of the remaining stick.
+
+    The construction of :func:`extend_sticks` (Teh et al. 2006 eq. 9 / Fox et al. eq. 2, the
+    aggregation property of the rows' Dirichlets): ``b ~ Beta(1, gamma)``, ``beta_new = b
+    beta_rem``, ``beta_rem <- (1 - b) beta_rem``; every instantiated row and the start row split
+    their remainder ``pi_{j,new} = v_j pi_{j,rem}``, ``pi_{j,rem} <- (1 - v_j) pi_{j,rem}`` with
+    ``v_j ~ Beta(alpha beta_new, alpha beta_rem)``; the new row is ``Dir(alpha beta + kappa
+    e_new)`` over the instantiated states, the new one and the rest (Fox et al. eq. 26).
+
+    Unlike :func:`extend_sticks`, every draw is keyed by a global index: row ``j``'s split by
+    ``ids[j]``, the new row's Gamma variate of column ``c`` by ``ids[c]``, so that the same atom
+    (the same key) is drawn identically whichever view of the slots the caller holds (a sampler
+    that replays its randomness over a different number of slots).  ``inst (S,)`` instantiated
+    slots, ``beta (S+1,)``, ``trans (S+1, S+1)`` (start row last, remainder column last), ``ids
+    (S+1,)`` the global index of each slot and of the start row / remainder (default
+    ``arange(S+1)``).  Returns ``(inst, beta, trans)`` with ``slot`` instantiated.
+    """
+    num_states = beta.shape[0] - 1
+    dtype = beta.dtype
+    ids = jnp.arange(num_states + 1) if ids is None else jnp.asarray(ids)
+    k_b, k_split, k_row = random.split(rng_key, 3)
+    rem = beta[num_states]
+    log_1mb = draws.log_stick_remainder(k_b, jnp.asarray(gamma, dtype))  # log(1 - b), b ~ Beta(1, gamma)
+    beta_new = rem * -jnp.expm1(log_1mb)
+    rem_new = rem * jnp.exp(log_1mb)
+    rows = jnp.concatenate([inst, jnp.ones((1,), bool)])  # instantiated rows and the start row
+    beta = beta.at[slot].set(beta_new).at[num_states].set(rem_new)
+    inst = inst.at[slot].set(True)
+    # row splits: v_j ~ Beta(alpha beta_new, alpha beta_rem), one pair of Gamma variates per row
+    pair = jnp.stack([jnp.broadcast_to(alpha * beta_new, (num_states + 1,)),
+                      jnp.broadcast_to(alpha * rem_new, (num_states + 1,))], -1).astype(dtype)
+    positive = pair > 0
+    keys = jax.vmap(lambda i: random.fold_in(k_split, i))(ids)
+    log_g = jax.vmap(draws.log_gamma)(keys, jnp.where(positive, pair, 1.0))
+    log_g = jnp.where(positive, log_g, -jnp.inf)
+    log_vsum = jnp.logaddexp(log_g[:, 0], log_g[:, 1])
+    rem_col = trans[:, num_states]
+    split = jnp.where(jnp.isfinite(log_vsum)[:, None], log_g - log_vsum[:, None], jnp.log(0.5))
+    trans = trans.at[:, slot].set(jnp.where(rows, rem_col * jnp.exp(split[:, 0]), trans[:, slot]))
+    trans = trans.at[:, num_states].set(jnp.where(rows, rem_col * jnp.exp(split[:, 1]), rem_col))
+    # the new row ~ Dir(alpha beta + kappa e_new) over (instantiated, rest)
+    conc = alpha * jnp.where(jnp.concatenate([inst, jnp.ones((1,), bool)]), beta, 0.0)
+    conc = (conc + kappa * (jnp.arange(num_states + 1) == slot)).astype(dtype)
+    positive = conc > 0
+    keys = jax.vmap(lambda i: random.fold_in(k_row, i))(ids)
+    log_g = jnp.where(positive, jax.vmap(draws.log_gamma)(keys, jnp.where(positive, conc, 1.0)), -jnp.inf)
+    trans = trans.at[slot].set(jnp.exp(log_g - jax.nn.logsumexp(log_g)))
+    return inst, beta, trans
 
 
 # ------------------------------------------------------------------------------------ FFBS

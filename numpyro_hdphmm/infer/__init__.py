@@ -6,6 +6,7 @@ kernel                     algorithm
 ``WeakLimitGibbs``         blocked Gibbs on the weak-limit approximation (Fox et al., Alg. 2)
 ``DirectAssignmentGibbs``  collapsed step-wise Gibbs on the infinite model (Fox et al., Alg. 1, 3)
 ``BeamSampler``            slice sampling and FFBS on the infinite model (Van Gael et al. 2008)
+``PGAS``                   particle Gibbs with ancestor sampling (Tripuraneni et al. 2015)
 ``RCDSampler``             restricted collapsed draw on the HCRP-HMM (arXiv:1106.0474, 2011)
 ``CollapsedSVI``           stochastic collapsed variational inference (Wang & Blunsom 2014)
 =========================  ====================================================================
@@ -21,6 +22,7 @@ from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, HDPState
 from numpyro_hdphmm.infer.beam import BeamSampler
 from numpyro_hdphmm.infer.direct_assignment import DirectAssignmentGibbs
 from numpyro_hdphmm.infer.discovery import ModelSpec, UpdatePlan, discover
+from numpyro_hdphmm.infer.pgas import PGAS
 from numpyro_hdphmm.infer.rcd import RCDSampler
 from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer.collapsed_svi import CollapsedSVI, CollapsedSVIState, RobbinsMonro
@@ -36,6 +38,7 @@ __all__ = [
     "HDPState",
     "RobbinsMonro",
     "ModelSpec",
+    "PGAS",
     "RCDSampler",
     "UpdatePlan",
     "WeakLimitGibbs",

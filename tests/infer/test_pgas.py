@@ -1,0 +1,351 @@
+"""PGAS (particle Gibbs with ancestor sampling, Tripuraneni et al. 2015): the conditional SMC
+with transitions and emissions held fixed against the exact posterior over state sequences
+(with negative controls), exact enumeration of the infinite model's partition posterior (both
+proposals, N = 2 and 10, sticky and not), Geweke, agreement with WeakLimitGibbs, several
+sequences with missing data, input validation.
+
+Each exact check compares independent draws (the last sweep of many vectorized chains) with the
+enumerated posterior in total variation against :func:`_checks.tv_bound`."""
+
+import itertools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm.infer import PGAS, HDPKernel, WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import pgas
+
+import test_beam
+from _checks import empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, printed_gamma_update, tv_bound
+
+
+def pgas_kernel(model, num_particles, proposal):
+    """The algorithm behind any proposal, including the fully adapted one that ``PGAS`` refuses
+    until it passes the Geweke test (the exact tests below still exercise it)."""
+
+    class Kernel(HDPKernel):
+        algorithm = pgas.ParticleGibbs(num_particles, proposal)
+
+    return Kernel(model)
+
+
+def drop_transition_term(real):
+    """Negative control: the reference's ancestor drawn with ``P(a = i) ∝ w^i_{t-1}`` only (the
+    transition into the reference state left out)."""
+    return lambda u, log_w, log_to_ref: real(u, log_w, jnp.zeros_like(log_to_ref))
+
+
+# ------------------------------------------- conditional SMC with fixed transitions / emissions
+FIX_K, FIX_C = 3, 2
+FIX_Y = np.array([0, 1, 1, 0])
+FIX_CHAINS, FIX_SWEEPS = 4000, 15
+
+
+def _fixed_problem():
+    """A finite HMM: 3 states, no mass left for new states (``beta_rem = 0``, remainder column
+    0), categorical emissions."""
+    init = np.array([0.5, 0.3, 0.2])
+    trans = np.array([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4]])
+    probs = np.array([[0.8, 0.2], [0.3, 0.7], [0.5, 0.5]])
+    full = np.zeros((FIX_K + 1, FIX_K + 1))
+    full[:FIX_K, :FIX_K] = trans
+    full[FIX_K, :FIX_K] = init
+    beta = np.array([0.4, 0.3, 0.3, 0.0])
+    return init, trans, probs, full, beta
+
+
+def _exact_sequences():
+    """``p(s | y) ∝ init(s_0) f(y_0|s_0) prod_t trans(s_{t-1}, s_t) f(y_t|s_t)``, all ``K^T`` paths."""
+    init, trans, probs, _, _ = _fixed_problem()
+    out = {}
+    for s in itertools.product(range(FIX_K), repeat=len(FIX_Y)):
+        p = init[s[0]] * probs[s[0], FIX_Y[0]]
+        for t in range(1, len(FIX_Y)):
+            p *= trans[s[t - 1], s[t]] * probs[s[t], FIX_Y[t]]
+        out[s] = p
+    total = sum(out.values())
+    return {k: v / total for k, v in out.items()}
+
+
+def _fixed_smc_draws(proposal, num_particles, seed=0):
+    """The last of ``FIX_SWEEPS`` conditional-SMC sweeps (each sweep's reference: the previous
+    path) in ``FIX_CHAINS`` independent chains started at the all-zero path."""
+    _, _, probs, full, beta = _fixed_problem()
+    emission = nh.emissions.Categorical(FIX_C, 1.0)
+    graph = pgas.StateGraph(jnp.asarray(beta), jnp.asarray(full), jnp.ones(FIX_K, bool), jnp.zeros((), jnp.int32),
+                            jnp.zeros((), bool))
+    explicit = jnp.ones(FIX_K, bool)
+    x, valid = emission.prepare(jnp.asarray(FIX_Y))
+    hyper = crp.Concentrations(jnp.asarray(1.0), jnp.asarray(1.0), jnp.asarray(0.0))
+    params = {"probs": jnp.asarray(probs)}
+
+    def chain(key):
+        def sweep(ref, k):
+            out = pgas.conditional_smc(k, ref, graph, explicit, params, emission, x, valid, len(FIX_Y), hyper, k,
+                                       num_particles=num_particles, proposal=proposal)
+            return out.states, None
+
+        path, _ = jax.lax.scan(sweep, jnp.zeros(len(FIX_Y), jnp.int32), jax.random.split(key, FIX_SWEEPS))
+        return path
+
+    keys = jax.random.split(jax.random.key(seed), FIX_CHAINS)
+    return [tuple(int(v) for v in d) for d in np.asarray(jax.jit(jax.vmap(chain))(keys))]
+
+
+def _fixed_tv(proposal, num_particles):
+    exact = _exact_sequences()
+    draws = _fixed_smc_draws(proposal, num_particles)
+    counts = {}
+    for d in draws:
+        counts[d] = counts.get(d, 0) + 1
+    tv = 0.5 * sum(abs(exact[k] - counts.get(k, 0) / len(draws)) for k in exact)
+    return tv, tv_bound(exact.values(), len(draws))
+
+
+@pytest.mark.parametrize("proposal", ["posterior", "prior"])
+def test_conditional_smc_fixed_parameters_exact(proposal):
+    """With transitions and emissions held fixed (no mass on new states), the conditional SMC
+    with ancestor sampling leaves ``p(s_{1:T} | y)`` invariant: after 15 sweeps the paths of
+    4000 chains match the enumerated posterior over all 3^4 paths (N = 2 particles, where
+    ancestor sampling matters most)."""
+    tv, bound = _fixed_tv(proposal, 2)
+    print(f"fixed parameters, {proposal}: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound, (tv, bound)
+
+
+@pytest.mark.slow
+def test_conditional_smc_fixed_parameters_detects_missing_transition_term(monkeypatch):
+    """Negative control: without the transition into the reference state in the ancestor
+    weights the same check fails."""
+    monkeypatch.setattr(pgas, "ancestor_sample", drop_transition_term(pgas.ancestor_sample))
+    tv, bound = _fixed_tv("posterior", 2)
+    print(f"fixed parameters, ancestor weight without pi(s'_t | .): TV {tv:.4f}, bound {bound:.4f}")
+    assert tv > bound, (tv, bound)
+
+
+# --------------------------------------------------------------------- exact enumeration
+GAMMA, ALPHA, C = 0.5, 2.0, 2
+CAPACITY = 10
+NUM_CHAINS, NUM_WARMUP = 2000, 30
+EXACT_Y = [0, 0, 1, 1, 0]
+
+
+def _model(kappa):
+    def model(y, lengths=None):
+        hmm = nh.StickyHDPHMM(GAMMA, ALPHA, kappa, nh.emissions.Categorical(C, 1.0), max_states=CAPACITY)
+        nh.sample("y", hmm, obs=y, lengths=lengths)
+
+    return model
+
+
+def _enumeration_tv(proposal, num_particles, kappa):
+    exact = exact_infinite_posterior([EXACT_Y], GAMMA, ALPHA, kappa, C, 1.0)
+    kernel = pgas_kernel(_model(kappa), num_particles, proposal)
+    draws = final_states(kernel, (np.array(EXACT_Y),), num_chains=NUM_CHAINS, num_warmup=NUM_WARMUP)
+    return empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposal,num_particles,kappa",
+                         [("posterior", 2, 1.5), ("prior", 2, 1.5), ("posterior", 10, 0.0), ("prior", 10, 0.0)])
+def test_enumeration_single_sequence(proposal, num_particles, kappa):
+    """The full kernel (states by conditional SMC over the infinite state space, new states by
+    stick-breaking, then the shared global step) against the exact partition posterior of the
+    infinite model, T = 5 (52 partitions)."""
+    tv, bound = _enumeration_tv(proposal, num_particles, kappa)
+    print(f"{proposal}, N={num_particles}, kappa={kappa}: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound, (tv, bound)
+
+
+@pytest.mark.slow
+def test_enumeration_detects_missing_transition_term(monkeypatch):
+    """Negative control of the enumeration test: the ancestor weight without the transition."""
+    monkeypatch.setattr(pgas, "ancestor_sample", drop_transition_term(pgas.ancestor_sample))
+    tv, bound = _enumeration_tv("posterior", 2, 1.5)
+    print(f"ancestor weight without pi(s'_t | .): TV {tv:.4f}, bound {bound:.4f}")
+    assert tv > bound, (tv, bound)
+
+
+
+ETA = 0.3  # the custom emission's Dirichlet prior (sharp: informative)
+
+
+def custom_model(y):
+    """Categorical emissions with the user's Dirichlet(ETA) site (the parameters stay explicit,
+    states keep their slots): the same partition posterior as ``Categorical(C, ETA)``."""
+    probs = numpyro.sample("probs", dist.Dirichlet(jnp.full(C, ETA)).expand([CAPACITY]).to_event(1))
+    hmm = nh.StickyHDPHMM(GAMMA, ALPHA, 1.5, lambda k: dist.Categorical(probs=probs[k]), max_states=CAPACITY)
+    nh.sample("y", hmm, obs=y)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposal", ["posterior", "prior"])
+def test_enumeration_custom_emission(proposal):
+    """Custom emissions (new states' parameters: the free slots' current values; posterior
+    proposal with the free-slot estimate of the prior predictive) against the exact posterior."""
+    exact = exact_infinite_posterior([EXACT_Y], GAMMA, ALPHA, 1.5, C, ETA)
+    draws = final_states(pgas_kernel(custom_model, 4, proposal), (np.array(EXACT_Y),),
+                         num_chains=1000, num_warmup=40)
+    tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
+    print(f"custom emission, {proposal}: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound, (tv, bound)
+
+# ---------------------------------------------------------------------------- Geweke
+# the Geweke model and label-invariant statistics of the beam sampler's test (same relabelling)
+hyper_model = test_beam.hyper_model
+
+
+GEWEKE_LIMIT = 4.5
+GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=3000, num_prior=20000)
+
+
+def _geweke(proposal):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
+        return geweke_z_scores(pgas_kernel(hyper_model, 4, proposal), hyper_model, test_beam._stats(),
+                               **GEWEKE_RUN)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposal", [
+    pytest.param("posterior", marks=pytest.mark.xfail(reason="known bias: z -6.3 / +5.8 at 16 x 3000", strict=True)),
+    "prior"])
+def test_geweke_with_hyperparameter_updates(proposal):
+    """Measured (16 chains x 3000): prior proposal max |z| 2.78; posterior proposal z -6.31
+    (pi_first_self), +5.80 (num_states): PGAS refuses the posterior proposal for now."""
+    z = _geweke(proposal)
+    print(f"Geweke z ({proposal}):", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
+
+
+@pytest.mark.slow
+def test_geweke_detects_printed_gamma_update(monkeypatch):
+    """Negative control: Fox et al.'s printed mixing weight for the gamma update."""
+    monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
+    z = _geweke("prior")
+    print("Geweke z (printed gamma update):", {k: round(float(v), 2) for k, v in z.items()})
+    assert abs(z["gamma"]) > GEWEKE_LIMIT, z
+
+
+# ------------------------------------------------------------ agreement with WeakLimitGibbs
+def gauss_model(y):
+    emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+    nh.sample("y", nh.StickyHDPHMM(1.0, 3.0, 5.0, emission, max_states=20), obs=y)
+
+
+@pytest.mark.slow
+def test_agrees_with_weak_limit():
+    """Posterior means of num_states and of the log-likelihood: PGAS (N = 10, prior proposal;
+    infinite model) against WeakLimitGibbs with L = 20, within 4 standard errors
+    (ArviZ ESS over 4 chains)."""
+    import arviz as az
+
+    rng = np.random.default_rng(1)
+    y = np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30), rng.normal(0, 1, 20)])[:, None]
+    out = {}
+    for name, kernel in (("PGAS", PGAS(gauss_model)), ("WeakLimitGibbs", WeakLimitGibbs(gauss_model))):
+        mcmc = MCMC(kernel, num_warmup=300, num_samples=1500, num_chains=4, chain_method="vectorized",
+                    progress_bar=False)
+        mcmc.run(jax.random.key(0), y)
+        s = mcmc.get_samples()
+        family = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+        ll = jax.vmap(lambda mu, cov, z: family.pointwise_log_likelihood(jnp.asarray(y), {"mu": mu, "cov": cov}, z).sum())(
+            s["y_mu"], s["y_cov"], s["y_states"])
+        out[name] = (np.asarray(s["y_num_states"], float), np.asarray(ll))
+    for i, stat in enumerate(("num_states", "log-likelihood")):
+        a, b = out["PGAS"][i], out["WeakLimitGibbs"][i]
+        se = np.sqrt(a.var() / az.ess(a.reshape(4, -1)) + b.var() / az.ess(b.reshape(4, -1)))
+        print(f"{stat}: PGAS {a.mean():.3f}, WeakLimitGibbs {b.mean():.3f}, z {(a.mean() - b.mean()) / se:.2f}")
+        assert abs(a.mean() - b.mean()) < 4 * se + 1e-9, (stat, a.mean(), b.mean(), se)
+
+
+# ------------------------------------------------------------------- plumbing, validation
+def poisson_model(y, lengths=None):
+    hmm = nh.StickyHDPHMM(1.0, 2.0, 1.0, nh.emissions.Poisson(1.0, 0.2), max_states=8)
+    nh.sample("y", hmm, obs=y, lengths=lengths)
+
+
+def test_several_sequences_missing_values_diagnostics():
+    """Two padded sequences with a missing observation, prior proposal: valid compacted states,
+    padding copies the last valid state, beta and rows on the simplex, diagnostics in range."""
+    rng = np.random.default_rng(0)
+    y = rng.poisson(rng.choice([1.0, 8.0, 20.0], size=(2, 30))).astype(float)
+    y[0, 3] = np.nan
+    lengths = np.array([30, 22])
+    mcmc = MCMC(PGAS(poisson_model, num_particles=3, proposal="prior"), num_warmup=5, num_samples=10,
+                progress_bar=False)
+    fields = ("ess_mean", "ess_min", "reference_kept", "states_created", "num_instantiated", "update_rate")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mcmc.run(jax.random.key(0), y, lengths, extra_fields=fields)
+    s, info = mcmc.get_samples(), mcmc.get_extra_fields()
+    states = np.asarray(s["y_states"])
+    assert states.shape == (10, 2, 30) and states.min() >= 0 and states.max() < 8
+    np.testing.assert_array_equal(states[:, 1, 22:], np.repeat(states[:, 1, 21:22], 8, 1))
+    for z in states:  # canonical labels: first appearance order
+        seen = [int(v) for v in dict.fromkeys(np.concatenate([z[0], z[1, :22]]))]
+        assert seen == list(range(len(seen)))
+    np.testing.assert_allclose(np.asarray(s["y_beta"]).sum(-1), 1.0, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(s["y_trans"]).sum(-1), 1.0, rtol=1e-10)
+    ess_mean, ess_min = np.asarray(info["ess_mean"]), np.asarray(info["ess_min"])
+    assert np.all((ess_min > 0) & (ess_min <= ess_mean + 1e-12) & (ess_mean <= 1 + 1e-12))
+    assert np.all(np.asarray(info["num_instantiated"]) >= np.asarray(s["y_num_states"]))
+    rate = np.asarray(info["update_rate"])
+    assert np.all((rate >= 0) & (rate <= 1)) and np.all((rate == 0) == np.asarray(info["reference_kept"]))
+
+
+@pytest.mark.parametrize("kwargs,match", [({"num_particles": 1}, "num_particles"),
+                                          ({"num_particles": 2.0}, "num_particles"),
+                                          ({"proposal": "optimal"}, "proposal")])
+def test_input_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PGAS(_model(0.0), **kwargs)
+
+
+def test_posterior_proposal_is_refused_until_validated():
+    with pytest.raises(NotImplementedError, match="Geweke"):
+        PGAS(_model(0.0), proposal="posterior")
+
+
+def test_weak_limit_model_is_rejected():
+    with pytest.raises(NotImplementedError, match="GEM"):
+        MCMC(PGAS(weak_limit(_model(0.0))), num_warmup=1, num_samples=1, progress_bar=False).run(
+            jax.random.key(0), np.array([0, 1]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,proposal", [
+    ("gaussian", "posterior"), ("diagonal", "posterior"), ("autoregressive", "posterior"), ("vmf", "posterior"),
+    ("dp_mixture", "posterior"), ("gaussian", "prior"), ("categorical", "prior")])
+def test_emission_families_run(family, proposal):
+    """Every family runs (finite log joint, a plausible number of states on 3-regime data)."""
+    rng = np.random.default_rng(0)
+    seg = np.repeat([0, 1, 0, 2], 15)
+    if family in ("categorical", "dp_mixture"):
+        y = (seg + rng.integers(0, 2, seg.size)) % 4
+        emission = (nh.emissions.Categorical(4, 0.5) if family == "categorical"
+                    else nh.emissions.DPMixture(nh.emissions.Categorical(4, 0.5), 1.0, 3))
+    else:
+        means = np.array([[3.0, 0.0], [-3.0, 1.0], [0.0, -3.0]])
+        y = means[seg] + rng.normal(scale=0.5, size=(seg.size, 2))
+        if family == "vmf":
+            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
+        cls = {"gaussian": nh.emissions.GaussianNIW, "diagonal": nh.emissions.DiagonalGaussian,
+               "autoregressive": nh.emissions.AutoRegressive, "vmf": nh.emissions.VonMisesFisher}[family]
+        emission = cls.weakly_informative(y)
+
+    def model(y):
+        nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, emission, max_states=12), obs=y)
+
+    mcmc = MCMC(pgas_kernel(model, 5, proposal), num_warmup=30, num_samples=30, progress_bar=False)
+    mcmc.run(jax.random.key(0), y)
+    assert np.all(np.isfinite(np.asarray(mcmc.get_extra_fields()["lp"])))
+    assert 1 <= np.median(np.asarray(mcmc.get_samples()["y_num_states"])) <= 6

@@ -445,3 +445,31 @@ def ks_against_grid(draws, grid, log_density):
     cdf = np.concatenate([[0.0], np.cumsum(0.5 * (p[1:] + p[:-1]) * np.diff(grid))])
     cdf /= cdf[-1]
     return stats.kstest(np.asarray(draws), lambda x: np.interp(x, grid, cdf)).pvalue
+
+
+# ------------------------------------------------------------ data for the family smoke tests
+def three_regime_model(family: str):
+    """``(model, y)``: 60 steps of a 3-regime sequence (segments 0, 1, 0, 2 of 15 steps) in the
+    family's own data type and a sticky HDP-HMM over it (``max_states=12``, the family's
+    ``weakly_informative`` prior; ``dp_mixture``: a Categorical mixture of 3 components)."""
+    import numpyro_hdphmm as nh
+
+    rng = np.random.default_rng(0)
+    seg = np.repeat([0, 1, 0, 2], 15)
+    if family in ("categorical", "dp_mixture"):
+        y = (seg + rng.integers(0, 2, seg.size)) % 4
+        emission = (nh.emissions.Categorical(4, 0.5) if family == "categorical"
+                    else nh.emissions.DPMixture(nh.emissions.Categorical(4, 0.5), 1.0, 3))
+    else:
+        means = np.array([[3.0, 0.0], [-3.0, 1.0], [0.0, -3.0]])
+        y = means[seg] + rng.normal(scale=0.5, size=(seg.size, 2))
+        if family == "vmf":
+            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
+        cls = {"gaussian": nh.emissions.GaussianNIW, "diagonal": nh.emissions.DiagonalGaussian,
+               "autoregressive": nh.emissions.AutoRegressive, "vmf": nh.emissions.VonMisesFisher}[family]
+        emission = cls.weakly_informative(y)
+
+    def model(y):
+        nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, emission, max_states=12), obs=y)
+
+    return model, y

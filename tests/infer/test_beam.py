@@ -18,7 +18,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer import beam
 
-from _checks import printed_gamma_update, empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, tv_bound
+from _checks import three_regime_model, printed_gamma_update, empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, tv_bound
 
 GAMMA, ALPHA, KAPPA, C = 0.5, 2.0, 1.5, 2
 CAPACITY = 10  # measured: the capacity is reached in 2e-4 of the sweeps (0.8% of chains over 40 sweeps)
@@ -248,23 +248,7 @@ def test_overflow_flag_several_sequences_missing_values():
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["gaussian", "diagonal", "autoregressive", "vmf", "categorical"])
 def test_emission_families_run(family):
-    rng = np.random.default_rng(0)
-    seg = np.repeat([0, 1, 0, 2], 15)
-    if family == "categorical":
-        y = (seg + rng.integers(0, 2, seg.size)) % 4
-        emission = nh.emissions.Categorical(4, 0.5)
-    else:
-        means = np.array([[3.0, 0.0], [-3.0, 1.0], [0.0, -3.0]])
-        y = means[seg] + rng.normal(scale=0.5, size=(seg.size, 2))
-        if family == "vmf":
-            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
-        cls = {"gaussian": nh.emissions.GaussianNIW, "diagonal": nh.emissions.DiagonalGaussian,
-               "autoregressive": nh.emissions.AutoRegressive, "vmf": nh.emissions.VonMisesFisher}[family]
-        emission = cls.weakly_informative(y)
-
-    def model(y):
-        nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, emission, max_states=12), obs=y)
-
+    model, y = three_regime_model(family)
     mcmc = MCMC(BeamSampler(model), num_warmup=30, num_samples=30, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     s = mcmc.get_samples()

@@ -24,7 +24,7 @@ from numpyro_hdphmm.infer import PGAS, HDPKernel, WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer import pgas
 
 import test_beam
-from _checks import empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, printed_gamma_update, tv_bound
+from _checks import three_regime_model, empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, printed_gamma_update, tv_bound
 
 
 def pgas_kernel(model, num_particles, proposal):
@@ -327,24 +327,7 @@ def test_weak_limit_model_is_rejected():
     ("dp_mixture", "posterior"), ("gaussian", "prior"), ("categorical", "prior")])
 def test_emission_families_run(family, proposal):
     """Every family runs (finite log joint, a plausible number of states on 3-regime data)."""
-    rng = np.random.default_rng(0)
-    seg = np.repeat([0, 1, 0, 2], 15)
-    if family in ("categorical", "dp_mixture"):
-        y = (seg + rng.integers(0, 2, seg.size)) % 4
-        emission = (nh.emissions.Categorical(4, 0.5) if family == "categorical"
-                    else nh.emissions.DPMixture(nh.emissions.Categorical(4, 0.5), 1.0, 3))
-    else:
-        means = np.array([[3.0, 0.0], [-3.0, 1.0], [0.0, -3.0]])
-        y = means[seg] + rng.normal(scale=0.5, size=(seg.size, 2))
-        if family == "vmf":
-            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
-        cls = {"gaussian": nh.emissions.GaussianNIW, "diagonal": nh.emissions.DiagonalGaussian,
-               "autoregressive": nh.emissions.AutoRegressive, "vmf": nh.emissions.VonMisesFisher}[family]
-        emission = cls.weakly_informative(y)
-
-    def model(y):
-        nh.sample("y", nh.StickyHDPHMM(1.0, 2.0, 5.0, emission, max_states=12), obs=y)
-
+    model, y = three_regime_model(family)
     mcmc = MCMC(pgas_kernel(model, 5, proposal), num_warmup=30, num_samples=30, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     assert np.all(np.isfinite(np.asarray(mcmc.get_extra_fields()["lp"])))

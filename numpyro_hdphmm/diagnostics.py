@@ -3,7 +3,20 @@ r"""Label-invariant summaries of sampled state sequences, held-out likelihood an
 HDP-HMM posteriors are invariant to permutations of the state labels (label switching), so
 draws are compared to a reference or to one another only through label-invariant quantities:
 
-===================================  ========================================================
+====================================  ============================================================
+function                              what it computes
+====================================  ============================================================
+:func:`relabel`                       optimal (Hungarian) matching of estimated labels to reference
+:func:`hamming_distance`              normalized Hamming distance after optimal relabelling
+:func:`mutual_information`            mutual information (nats) / NMI between two labellings
+:func:`adjusted_rand_index`           scikit-learn's adjusted Rand index (the ``metrics`` extra)
+:func:`adjusted_mutual_information`   scikit-learn's adjusted mutual information (``metrics``)
+:func:`coassignment_matrix`           ``P(z_s = z_t)`` over draws, ``(T, T)``
+:func:`num_states`                    number of distinct states in each draw
+:func:`predictive_log_likelihood`     ``log (1/S) sum_s p(y_heldout | pi^(s), theta^(s))``
+:func:`plot_segmentation`             observations coloured by (inferred and true) state
+====================================  ============================================================
+
 Conventions: a labelling is an integer array ``(..., T)`` (leading axes are draws or other
 batch axes); negative entries (``-1``, the padding of :func:`numpyro_hdphmm.datasets.load_mocap6`)
 mark steps that carry no label and are left out of every count.  Everything except

@@ -134,16 +134,17 @@ class SCVIConfig(NamedTuple):
 class CollapsedSVIState(NamedTuple):
     r"""The carried state: the global statistics and nothing per sequence.
 
-    transition_counts : (K+1, K)  ``E[C_jk]``, start row last
-    emission_stats : pytree, leading axis K  ``E[t_k]``
-    hdp : :class:`~numpyro_hdphmm._core.cvi.HDPPosterior`  ``q(pi_tilde)``, ``q(alpha)``, ``q(gamma)``
-        and the pseudo-counts ``G[alpha pi_k]`` in use (the finite HMM: its fixed prior)
-    table_counts, log_no_transition : (K+1, K); log_no_departure : (K+1,); table_batches : ()
-        the App. B statistics of the current large batch, each minibatch's scaled to the data set
-        and summed, and the number of minibatches summed (reset after each HDP update)
-    step, hdp_step : ()  updates and HDP updates so far (``rho_n`` uses ``step``)
-    num_sequences : ()  ``N``, the number of sequences of the data set
-    rng_key : the key of the minibatch order (:meth:`CollapsedSVI.run`)
+    * ``transition_counts`` ``(K+1, K)``: ``E[C_jk]``, start row last;
+    * ``emission_stats``: pytree with leading axis ``K``, ``E[t_k]``;
+    * ``hdp``: :class:`~numpyro_hdphmm._core.cvi.HDPPosterior`, ``q(pi_tilde)``, ``q(alpha)``,
+      ``q(gamma)`` and the pseudo-counts ``G[alpha pi_k]`` in use (the finite HMM: its fixed prior);
+    * ``table_counts``, ``log_no_transition`` ``(K+1, K)``, ``log_no_departure`` ``(K+1,)``,
+      ``table_batches`` ``()``: the App. B statistics of the current large batch, each
+      minibatch's scaled to the data set and summed, and the number of minibatches summed (reset
+      after each HDP update);
+    * ``step``, ``hdp_step`` ``()``: updates and HDP updates so far (``rho_n`` uses ``step``);
+    * ``num_sequences`` ``()``: ``N``, the number of sequences of the data set;
+    * ``rng_key``: the key of the minibatch order (:meth:`CollapsedSVI.run`).
     """
 
     transition_counts: jax.Array

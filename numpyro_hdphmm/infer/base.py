@@ -65,6 +65,7 @@ from numpyro_hdphmm.infer.discovery import (
     latent_sites,
     model_view,
     prior_trace,
+    unwrap,
 )
 from numpyro_hdphmm.distributions import WeakLimitBeta
 from numpyro_hdphmm.primitives import HDP_ROLE
@@ -126,12 +127,6 @@ class _CollapsedChain(dist.Distribution):
         return jnp.zeros(self.batch_shape, total.dtype).at[(0,) * len(self.batch_shape)].set(total)
 
 
-def _unwrap(fn):
-    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
-        fn = fn.base_dist
-    return fn
-
-
 class _CollapseRows(Messenger):
     """The model as the inner kernel sees it: the transition rows integrated out.
 
@@ -160,7 +155,7 @@ class _CollapseRows(Messenger):
             msg["fn"] = msg["fn"].mask(False)
         elif role == "states" and self._concentration is not None:
             chain = msg["fn"]  # several sequences without lengths: MarkovChain expanded by the plate
-            msg["fn"] = _CollapsedChain(self._concentration, _unwrap(chain).lengths, tuple(chain.batch_shape),
+            msg["fn"] = _CollapsedChain(self._concentration, unwrap(chain).lengths, tuple(chain.batch_shape),
                                         tuple(chain.event_shape))
 
 
@@ -213,8 +208,8 @@ class _StatesInUse(Messenger):
             capacity = self.used.shape[0]
             if len(fn.batch_shape) and fn.batch_shape[0] == capacity:
                 msg["fn"] = fn.mask(self.used.reshape((capacity,) + (1,) * (len(fn.batch_shape) - 1)))
-        elif role == "beta" and isinstance(_unwrap(fn), WeakLimitBeta):
-            msg["fn"] = _AggregatedWeights(_unwrap(fn).concentration, self.used.shape[0], self.used)
+        elif role == "beta" and isinstance(unwrap(fn), WeakLimitBeta):
+            msg["fn"] = _AggregatedWeights(unwrap(fn).concentration, self.used.shape[0], self.used)
 
 
 def collapse_rows(model):

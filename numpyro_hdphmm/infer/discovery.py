@@ -194,7 +194,8 @@ def prior_trace(model, rng_key, model_args=(), model_kwargs=None):
         *model_args, **model_kwargs)
 
 
-def _unwrap(fn):
+def unwrap(fn):
+    """The distribution under NumPyro's ``expand``/``to_event``/``mask`` wrappers."""
     while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
         fn = fn.base_dist
     return fn
@@ -277,7 +278,7 @@ def _prior_params(fn):
 
 
 def _describe_prior(fn) -> str:
-    fn = _unwrap(fn)
+    fn = unwrap(fn)
     args = {"Gamma": ("concentration", "rate"), "Beta": ("concentration1", "concentration0")}.get(type(fn).__name__)
     if args and all(_is_constant(getattr(fn, a)) and np.ndim(getattr(fn, a)) == 0 for a in args):
         return f"{type(fn).__name__}({', '.join(f'{float(getattr(fn, a)):.4g}' for a in args)})"
@@ -293,7 +294,7 @@ def _recognize(model, sites: HMMSites, trace, latent, model_args, model_kwargs, 
         if s in owned:
             continue
         site = trace[s]
-        fn = _unwrap(site["fn"])
+        fn = unwrap(site["fn"])
         scalar = tuple(site["fn"].shape()) == () and jnp.shape(site["value"]) == ()
         if isinstance(fn, dist.Gamma) and scalar:
             if _is_constant(fn.concentration) and _is_constant(fn.rate):
@@ -541,7 +542,7 @@ def model_view(model, spec: ModelSpec, model_args, model_kwargs, values) -> Mode
     lengths = obs_fn.lengths if obs_fn.lengths is not None else jnp.full((num_seq,), num_steps, jnp.int32)
     valid = valid & (jnp.arange(num_steps) < lengths[:, None])
     hyper_sites = spec.hyper
-    prior = lambda s: None if s is None else _prior_params(_unwrap(tr[s]["fn"]))
+    prior = lambda s: None if s is None else _prior_params(unwrap(tr[s]["fn"]))
     trans_fn = tr[sites.trans]["fn"]
     return ModelView(
         hyper=Concentrations(tr[sites.beta]["fn"].concentration, trans_fn.alpha, trans_fn.kappa),

@@ -471,6 +471,18 @@ def test_custom_emission_is_refused():
         CollapsedSVI(model).init(jax.random.key(0), np.array([0, 1, 1]))
 
 
+def test_dp_mixture_emission_is_refused():
+    """DP-mixture emissions have no closed-form q(theta) given expected statistics: refused by name."""
+    from numpyro_hdphmm.emissions import DPMixture
+
+    def model(y):
+        hmm = nh.StickyHDPHMM(1.0, 1.0, 0.0, DPMixture(E.Categorical(2, 1.0), 1.0, 2), max_states=2)
+        nh.sample("y", hmm, obs=y)
+
+    with pytest.raises(NotImplementedError, match="DP-mixture"):
+        CollapsedSVI(model).init(jax.random.key(0), np.array([0, 1, 1]))
+
+
 @pytest.mark.slow
 def test_random_kappa_is_refused():
     def model(y):

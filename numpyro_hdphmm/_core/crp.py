@@ -54,7 +54,8 @@ def transition_counts(states, capacity: int, lengths=None):
 
     ``states (..., T)``; ``n_jk`` counts transitions ``z_{t-1} = j -> z_t = k`` over steps
     ``1 <= t < length``; ``first_k`` counts sequences whose first state is ``k`` (the start
-    row's customers).  ``lengths (...,)`` marks padding (``None``: all steps valid).
+    row's customers; a sequence of length 0 has none).  ``lengths (...,)`` marks padding
+    (``None``: all steps valid).
     """
     states = jnp.asarray(states)
     t = states.shape[-1]
@@ -62,7 +63,7 @@ def transition_counts(states, capacity: int, lengths=None):
     pair = states[..., :-1] * capacity + states[..., 1:]
     weight = valid[..., 1:].astype(jnp.int32)
     n = jnp.zeros(capacity * capacity, jnp.int32).at[pair.reshape(-1)].add(weight.reshape(-1))
-    first = jnp.zeros(capacity, jnp.int32).at[states[..., 0].reshape(-1)].add(1)
+    first = jnp.zeros(capacity, jnp.int32).at[states[..., 0].reshape(-1)].add(valid[..., 0].reshape(-1).astype(jnp.int32))
     return n.reshape(capacity, capacity), first
 
 

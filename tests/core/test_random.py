@@ -69,3 +69,13 @@ def test_log_gamma_invalid_shapes_give_nan_without_hanging():
     """A NaN, infinite or non-positive shape has no draw: NaN (an endless rejection loop before)."""
     out = np.asarray(draws.log_gamma(jax.random.key(0), jnp.array([jnp.nan, jnp.inf, 0.0, -1.0, 2.0])))
     assert np.all(np.isnan(out[:4])) and np.isfinite(out[4])
+
+
+def test_transition_counts_skip_empty_sequences():
+    """A sequence of length 0 (padding of a batch) seats no customer in the start row."""
+    from numpyro_hdphmm._core.crp import transition_counts
+
+    states = jnp.array([[0, 1, 1], [2, 2, 0]])
+    n, first = transition_counts(states, 3, lengths=jnp.array([3, 0]))
+    np.testing.assert_array_equal(first, [1, 0, 0])
+    np.testing.assert_array_equal(n, [[0, 1, 0], [0, 1, 0], [0, 0, 0]])

@@ -24,6 +24,7 @@ from numpyro_hdphmm.infer.direct_assignment import DirectAssignmentGibbs
 from numpyro_hdphmm.infer.discovery import ModelSpec, UpdatePlan, discover
 from numpyro_hdphmm.infer.pgas import PGAS
 from numpyro_hdphmm.infer.rcd import RCDSampler
+from numpyro_hdphmm.infer.sharding import sequence_mesh
 from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer.collapsed_svi import CollapsedSVI, CollapsedSVIState, RobbinsMonro
 
@@ -43,5 +44,6 @@ __all__ = [
     "UpdatePlan",
     "WeakLimitGibbs",
     "discover",
+    "sequence_mesh",
     "weak_limit",
 ]

@@ -2,17 +2,19 @@
 saves the draws.  Run as a script in a fresh process (``XLA_FLAGS`` and ``jax.distributed`` must be
 set up before JAX starts):
 
-    python sharding_worker.py OUT.npz --kernel weak_limit --devices 4 --shard
-    python sharding_worker.py OUT.npz --shard --process-id 0 --num-processes 2 --port 12345
+    python sharding_worker.py OUT.npz --kernel weak_limit --devices 4 --runs unsharded,mesh,mesh3
+    python sharding_worker.py OUT.npz --runs mesh --process-id 0 --num-processes 2 --port 12345
 
-``--devices D`` simulates ``D`` CPU devices; ``--shard`` passes ``mesh=sequence_mesh()`` (every
-device of every process); ``--num-processes`` starts ``jax.distributed`` on a loopback
-coordinator with gloo CPU collectives.
+``--devices D`` simulates ``D`` CPU devices; each run of ``--runs`` samples the model with the
+same key, unsharded or with ``mesh=sequence_mesh(first D devices)`` (``mesh``: every device of
+every process), and the draws are saved as ``{run}/{site}``; ``--num-processes`` starts
+``jax.distributed`` on a loopback coordinator with gloo CPU collectives.
 """
 
 import argparse
 import os
 import sys
+import time
 
 NUM_SEQUENCES, NUM_STEPS = 64, 12
 
@@ -22,12 +24,14 @@ def main(argv=None):
     parser.add_argument("out")
     parser.add_argument("--kernel", default="weak_limit", choices=["weak_limit", "beam", "pgas"])
     parser.add_argument("--devices", type=int, default=1)
-    parser.add_argument("--shard", action="store_true")
+    parser.add_argument("--runs", default="unsharded", help="comma-separated: unsharded, mesh (all devices), meshD")
     parser.add_argument("--num-sequences", type=int, default=NUM_SEQUENCES)
-    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--process-id", type=int, default=0)
     parser.add_argument("--num-processes", type=int, default=1)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--check-padding", action="store_true",
+                        help="also save map_sequences of a row-wise function of 5 rows on 1..D devices")
     args = parser.parse_args(argv)
 
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
@@ -62,17 +66,37 @@ def main(argv=None):
     y = (means[labels] + rng.normal(size=labels.shape))[..., None]
     lengths = rng.integers(NUM_STEPS // 2, NUM_STEPS + 1, n).astype(np.int32)
 
-    kwargs = {}
-    if args.shard:
+    results = {"num_devices": len(jax.devices())}
+    if args.check_padding:
         from numpyro_hdphmm.infer import sequence_mesh
+        from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences
 
-        kwargs = {"mesh": sequence_mesh()}
-    kernel = {"weak_limit": WeakLimitGibbs, "beam": BeamSampler, "pgas": PGAS}[args.kernel](model, **kwargs)
-    mcmc = MCMC(kernel, num_warmup=2, num_samples=args.samples, progress_bar=False)
-    mcmc.run(jax.random.key(3), y, lengths)
-    draws = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
+        rows = (np.arange(5.0), np.arange(10).reshape(5, 2))
+        row_fn = lambda r, shared: (r[0] * shared + r[1].sum(-1), r[1][:, ::-1])
+        for count in range(1, len(jax.devices()) + 1):
+            sharding = SequenceSharding(sequence_mesh(jax.devices()[:count]), ("sequences",))
+            out = jax.jit(lambda r, c: map_sequences(row_fn, r, c, sharding))(rows, 3.0)
+            results[f"padding{count}/a"], results[f"padding{count}/b"] = (np.asarray(o) for o in out)
+    for run in args.runs.split(","):
+        kwargs = {}
+        if run != "unsharded":  # "meshD": the first D devices (every device: "mesh")
+            from numpyro_hdphmm.infer import sequence_mesh
+
+            count = int(run[4:]) if run[4:] else len(jax.devices())
+            kwargs = {"mesh": sequence_mesh(jax.devices()[:count])}
+        kernel = {"weak_limit": WeakLimitGibbs, "beam": BeamSampler, "pgas": PGAS}[args.kernel](model, **kwargs)
+        mcmc = MCMC(kernel, num_warmup=1, num_samples=args.samples, progress_bar=False)
+        start = time.perf_counter()
+        mcmc.run(jax.random.key(3), y, lengths)
+        samples = mcmc.get_samples()
+        if args.num_processes > 1:  # global arrays: the per-sequence sites stay sharded over the processes
+            from jax.experimental import multihost_utils
+
+            samples = multihost_utils.process_allgather(samples, tiled=True)
+        results.update({f"{run}/{k}": np.asarray(v) for k, v in samples.items()})
+        results[f"{run}/seconds"] = time.perf_counter() - start
     if args.process_id == 0:
-        np.savez(args.out, num_devices=len(jax.devices()), **draws)
+        np.savez(args.out, **results)
     if args.num_processes > 1:
         jax.distributed.shutdown()
     return 0

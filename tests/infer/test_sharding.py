@@ -17,7 +17,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import PGAS, BeamSampler, WeakLimitGibbs, sequence_mesh
 
 WORKER = Path(__file__).with_name("sharding_worker.py")
-SITES = ("y_states", "y_beta", "y_trans", "y_mu", "y_cov", "gamma", "alpha", "kappa")
+SITES = ("y_states", "y_beta", "y_trans", "y_probs", "gamma", "alpha", "kappa")
 
 
 def run_worker(out, *args, timeout=600):

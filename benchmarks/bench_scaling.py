@@ -81,21 +81,37 @@ def measure(devices: int, sequences: int, steps: int, states: int, sweeps: int, 
 
 
 def table(results, args) -> str:
-    base = results[0]["unsharded"]["sweep_s"]
+    base_u, base_s = results[0]["unsharded"]["sweep_s"], results[0]["sharded"]["sweep_s"]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         f"`WeakLimitGibbs`, N = {args.sequences} sequences of T = {args.steps} steps, L = {args.states}, 1-D "
         f"Gaussian emissions, float32; {results[0]['device_kind']} devices simulated with "
         f"`--xla_force_host_platform_device_count` on a machine with {os.cpu_count()} cores "
-        f"({platform.processor() or platform.machine()}); median of {args.repeats} x {args.sweeps} sweeps.",
+        f"({platform.processor() or platform.machine()}; load average {load:.1f} at the end of the run); "
+        f"median of {args.repeats} x {args.sweeps} sweeps.  Speed-up: seconds per sweep on "
+        f"{results[0]['devices']} device over seconds per sweep on D devices, same program.",
         "",
-        "| devices D | unsharded s/sweep | sharded s/sweep | sharded vs 1-device unsharded | compile s (unsharded / sharded) |",
-        "|---|---|---|---|---|",
+        "| devices D | unsharded s/sweep | sharded s/sweep | speed-up, unsharded | speed-up, sharded | "
+        "compile s (unsharded / sharded) |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
         u, s = r["unsharded"], r["sharded"]
         lines.append(f"| {r['devices']} | {u['sweep_s'] * 1e3:.1f} ms | {s['sweep_s'] * 1e3:.1f} ms | "
-                     f"{base / s['sweep_s']:.2f}x | {u['compile_s']:.1f} / {s['compile_s']:.1f} |")
+                     f"{base_u / u['sweep_s']:.2f}x | {base_s / s['sweep_s']:.2f}x | "
+                     f"{u['compile_s']:.1f} / {s['compile_s']:.1f} |")
     return "\n".join(lines)
+
+
+def write_table(text: str) -> str:
+    """Replace the table between the ``scaling-table`` markers of ``docs/scaling.md``."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "scaling.md")
+    body = open(path).read()
+    block = f"<!-- scaling-table -->\n{text}\n<!-- /scaling-table -->"
+    body = re.sub(r"<!-- scaling-table -->.*?<!-- /scaling-table -->", lambda _: block, body, flags=re.S)
+    with open(path, "w") as fh:
+        fh.write(body)
+    return path
 
 
 def main():
@@ -115,14 +131,7 @@ def main():
     text = table(results, args)
     print(text)
     if args.write:
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "scaling.md")
-        body = open(path).read()
-        block = f"<!-- scaling-table -->\n{text}\n<!-- /scaling-table -->"
-        body = re.sub(r"<!-- scaling-table -->.*?<!-- /scaling-table -->", lambda _: block, body, flags=re.S)
-        with open(path, "w") as fh:
-            fh.write(body)
-        print(f"wrote {path}")
-
+        print(f"wrote {write_table(text)}")
 
 if __name__ == "__main__":
     main()

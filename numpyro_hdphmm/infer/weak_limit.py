@@ -7,7 +7,8 @@ over ``L = max_states`` states (Fox et al. eqs. 38-41; Ishwaran & Zarepour 2002)
 
 1. ``z | pi, theta, y``: forward filtering, backward sampling over the ``L`` states
    (:func:`numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`; eqs. 43-48 in log space), all
-   sequences at once;
+   sequences at once, each with its own key (split over the devices of a mesh with ``mesh=``:
+   :mod:`numpyro_hdphmm.infer.sharding`);
 2. ``theta_k | z, y``: the conjugate posterior of each state (eq. 42), through the family's
    ``update_parameters`` (for :class:`~numpyro_hdphmm.emissions.DPMixture` emissions: component
    indicators ``s | z``, the concentration ``sigma`` when a site carries it, ``psi`` and the

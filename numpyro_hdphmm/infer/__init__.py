@@ -16,6 +16,8 @@ Every MCMC kernel is an :class:`~numpyro_hdphmm.infer.base.HDPKernel` (the NumPy
 finds the model's sites and the update plan once, before compilation (``kernel.update_plan(...)``).
 ``CollapsedSVI`` is a fitter that mirrors ``numpyro.infer.SVI`` (``init``/``update``/``run``/``get_params``)
 on the same models, its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi` and :mod:`numpyro_hdphmm._core.cvi`.
+``WeakLimitGibbs(model, mesh=sequence_mesh())`` and ``BeamSampler(model, mesh=...)`` split the sequences over
+the devices (and processes) of a :class:`jax.sharding.Mesh` (:mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``).
 """
 
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, HDPState
@@ -24,6 +26,7 @@ from numpyro_hdphmm.infer.direct_assignment import DirectAssignmentGibbs
 from numpyro_hdphmm.infer.discovery import ModelSpec, UpdatePlan, discover
 from numpyro_hdphmm.infer.pgas import PGAS
 from numpyro_hdphmm.infer.rcd import RCDSampler
+from numpyro_hdphmm.infer.sharding import sequence_mesh
 from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer.collapsed_svi import CollapsedSVI, CollapsedSVIState, RobbinsMonro
 
@@ -43,5 +46,6 @@ __all__ = [
     "UpdatePlan",
     "WeakLimitGibbs",
     "discover",
+    "sequence_mesh",
     "weak_limit",
 ]

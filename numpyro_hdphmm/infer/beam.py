@@ -59,7 +59,7 @@ The algorithm's state is :class:`~numpyro_hdphmm.infer.base.Explicit`.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +71,7 @@ from numpyro_hdphmm._core.slots import compact_states, used_slots
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
 
 __all__ = ["BeamSampler", "Beam", "BeamInfo", "drop_unused"]
 
@@ -129,9 +130,36 @@ def _initial_values(rng_key, states, params, view: ModelView, capacity: int):
     return states, beta, trans, params
 
 
+def _slice_ffbs_rows(emission):
+    """The per-sequence half of step 3 for :func:`~numpyro_hdphmm.infer.sharding.map_sequences`:
+    ``((keys (n,), x (n, T, ...), log_u (n, T), valid (n, T), lengths (n,)), (log_pi (K+1, K+1),
+    inst (K,), params)) -> (states (n, T), ok (n,))``, each sequence's ``(T, K)`` log-likelihoods
+    and :func:`~numpyro_hdphmm._core.slices.slice_ffbs` with its own key, so the draws do not
+    depend on how the sequences are split over devices."""
+
+    def ffbs(rows, shared):
+        keys, x, log_u, valid, lengths = rows
+        log_pi, inst, params = shared
+        log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(x, params)
+
+        def one(key, ll, lu, m, n):
+            states, _, ok = slice_ffbs(key, log_pi, lu[None], inst, ll[None], m[None], n[None])
+            return states[0], ok[0]
+
+        return jax.vmap(one)(keys, log_lik, log_u, valid, lengths)
+
+    return ffbs
+
+
 class Beam(Algorithm):
     """Van Gael et al.'s beam sampler with Fox et al.'s sticky prior on the contract of
-    :mod:`numpyro_hdphmm.infer.base` (module docstring)."""
+    :mod:`numpyro_hdphmm.infer.base` (module docstring).
+
+    ``sharding`` (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`): where step 3 runs
+    (default unsharded)."""
+
+    def __init__(self, sharding: Optional[SequenceSharding] = None):
+        self.sharding = SequenceSharding() if sharding is None else sharding
 
     name = "BeamSampler"
     Info = BeamInfo
@@ -171,8 +199,10 @@ class Beam(Algorithm):
         inst, beta, trans, params, overflow = extend_sticks(
             k_ext, inst, state.beta, state.trans, state.params, prior_params, log_u, gamma, alpha, kappa)
         # 3. FFBS over the instantiated states with 0/1 transitions 1[pi > u_t]
-        log_lik = jax.vmap(view.emission.log_likelihoods, in_axes=(0, None))(data.x, params)
-        new_states, _, ok = slice_ffbs(k_z, jnp.log(trans), log_u, inst, log_lik, data.valid, data.lengths)
+        # (each sequence with its own key, split over the devices of ``self.sharding``)
+        rows = (sequence_keys(k_z, data.lengths.shape[0]), data.x, log_u, data.valid, data.lengths)
+        new_states, ok = map_sequences(_slice_ffbs_rows(view.emission), rows, (jnp.log(trans), inst, params),
+                                       self.sharding)
         states = jnp.where(ok[:, None], new_states, state.states)
         # 4. compaction: unused states' mass joins the remainder
         states, head, params, _ = drop_unused(states, beta[:capacity], params, view.emission, data.lengths)
@@ -220,6 +250,16 @@ class BeamSampler(HDPKernel):
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
     :param verbose: print the update plan at initialization.
+    :param mesh: a :class:`jax.sharding.Mesh` to split the sequences over (``None``, the default:
+        unsharded): each device computes the log-likelihoods and the slice FFBS of its block of
+        sequences, the rest of the sweep is global (:mod:`numpyro_hdphmm.infer.sharding`,
+        ``docs/scaling.md``); the draws are those of the unsharded kernel for the same key.
+    :param sequence_axes: the mesh axes the sequences are split over (default: all of them).
     """
 
     algorithm = Beam()
+
+    def __init__(self, model, *, mesh=None, sequence_axes=None, **kwargs):
+        sharding = SequenceSharding.from_arguments(mesh, sequence_axes)
+        super().__init__(model, **kwargs)
+        self.algorithm = Beam(sharding)

@@ -460,12 +460,21 @@ class PGAS(HDPKernel):
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
     :param verbose: print the update plan at initialization.
+    :param mesh: must be ``None``: PGAS runs unsharded (its sequences are visited in turn, sharing
+        the states they create; ``docs/scaling.md``); a mesh raises ``NotImplementedError``.
 
     Collected diagnostics: :class:`PGASInfo` (e.g. ``extra_fields=("ess_mean", "reference_kept")``).
     """
 
     def __init__(self, model, num_particles: int = 10, proposal: str = "prior", *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, verbose: bool = False):
+                 exact_hyperparameters: bool = True, verbose: bool = False, mesh=None):
+        if mesh is not None:
+            raise NotImplementedError(
+                "PGAS(mesh=...) is not supported: its sweep is not data-parallel over sequences (the sequences "
+                "are visited in turn and the states a sequence creates are shared with the next), so it runs "
+                "unsharded; shard chains instead (chain_method='parallel'), or use WeakLimitGibbs or "
+                "BeamSampler with mesh=, whose state updates are per sequence (docs/scaling.md)."
+            )
         if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 2:
             raise ValueError(f"`num_particles` must be an integer >= 2 (the reference and at least one other), "
                              f"got {num_particles!r}.")

@@ -7,7 +7,8 @@ over ``L = max_states`` states (Fox et al. eqs. 38-41; Ishwaran & Zarepour 2002)
 
 1. ``z | pi, theta, y``: forward filtering, backward sampling over the ``L`` states
    (:func:`numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`; eqs. 43-48 in log space), all
-   sequences at once;
+   sequences at once, each with its own key (split over the devices of a mesh with ``mesh=``:
+   :mod:`numpyro_hdphmm.infer.sharding`);
 2. ``theta_k | z, y``: the conjugate posterior of each state (eq. 42), through the family's
    ``update_parameters`` (for :class:`~numpyro_hdphmm.emissions.DPMixture` emissions: component
    indicators ``s | z``, the concentration ``sigma`` when a site carries it, ``psi`` and the
@@ -30,7 +31,7 @@ The algorithm's state is :class:`~numpyro_hdphmm.infer.base.Explicit` (every sit
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,7 @@ from numpyro_hdphmm.distributions import GEM, WeakLimitBeta
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["WeakLimitGibbs", "WeakLimit", "WeakLimitInfo", "weak_limit"]
@@ -82,8 +84,32 @@ class WeakLimitInfo(NamedTuple):
     ffbs_ok: jax.Array
 
 
+def _ffbs_rows(emission):
+    """The per-sequence half of step 1 for :func:`~numpyro_hdphmm.infer.sharding.map_sequences`:
+    ``((keys (n,), x (n, T, ...), valid (n, T), lengths (n,)), ((log_init (L,), log_a (L, L)),
+    params)) -> (states (n, T), ok (n,))``, the ``(T, L)`` log-likelihoods and FFBS of each
+    sequence with its own key (the keys :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`
+    splits for a batch, so the draws are those of the batched call)."""
+
+    def ffbs(rows, shared):
+        keys, x, valid, lengths = rows
+        (log_init, log_a), params = shared
+        log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(x, params)
+        one = lambda key, ll, m, n: hmm_posterior_sample_fast(key, log_init, log_a, ll, mask=m, length=n)
+        states, _, ok = jax.vmap(one)(keys, log_lik, valid, lengths)
+        return states, ok
+
+    return ffbs
+
+
 class WeakLimit(Algorithm):
-    """Fox et al. Alg. 2 on the contract of :mod:`numpyro_hdphmm.infer.base` (module docstring)."""
+    """Fox et al. Alg. 2 on the contract of :mod:`numpyro_hdphmm.infer.base` (module docstring).
+
+    ``sharding`` (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`): where step 1 runs
+    (default unsharded)."""
+
+    def __init__(self, sharding: Optional[SequenceSharding] = None):
+        self.sharding = SequenceSharding() if sharding is None else sharding
 
     name = "WeakLimitGibbs"
     beta_prior = "weak_limit"
@@ -103,17 +129,17 @@ class WeakLimit(Algorithm):
         capacity = spec.capacity
         k_z, k_theta, k_global = random.split(rng_key, 3)
         emission, data = view.emission, view.data
-        # 1. states: FFBS over L states, every sequence at once; a sweep whose rescaled pass
-        # underflows keeps the states (the decision depends only on the conditioning values)
+        # 1. states: FFBS over L states, every sequence at once (split over the devices of
+        # ``self.sharding``); a sweep whose rescaled pass underflows keeps the states (the decision
+        # depends only on the conditioning values)
         trans = state.trans
-        log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(data.x, state.params)
-        new_states, _, ok = hmm_posterior_sample_fast(
-            k_z, jnp.log(trans[capacity, :capacity]), jnp.log(trans[:capacity, :capacity]), log_lik,
-            mask=data.valid, length=data.lengths)
+        log_trans = (jnp.log(trans[capacity, :capacity]), jnp.log(trans[:capacity, :capacity]))
+        rows = (sequence_keys(k_z, data.lengths.shape[0]), data.x, data.valid, data.lengths)
+        new_states, ok = map_sequences(_ffbs_rows(emission), rows, (log_trans, state.params), self.sharding)
         ffbs_ok = jnp.all(ok)
         states = jnp.where(ffbs_ok, new_states, state.states)
         # 2. emission parameters from their conjugate posteriors
-        weights = state_weights(states, data.valid, capacity, dtype=log_lik.dtype)
+        weights = state_weights(states, data.valid, capacity, dtype=trans.dtype)
         params, sigma = emission.update_parameters(
             k_theta, flatten_time(data.x), weights.reshape(-1, capacity), state.params, view.dp_concentration_prior)
         # 3. tables, hyperparameters, beta, rows
@@ -145,6 +171,17 @@ class WeakLimitGibbs(HDPKernel):
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
     :param verbose: print the update plan at initialization.
+    :param mesh: a :class:`jax.sharding.Mesh` to split the sequences over (``None``, the default:
+        unsharded).  Each device computes the log-likelihoods and the FFBS of its block of
+        sequences; the statistics are reduced over the mesh and the global update is made once
+        (:mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``).  Keys are per sequence, so the
+        draws are those of the unsharded kernel for the same key.
+    :param sequence_axes: the mesh axes the sequences are split over (default: all of them).
     """
 
     algorithm = WeakLimit()
+
+    def __init__(self, model, *, mesh=None, sequence_axes=None, **kwargs):
+        sharding = SequenceSharding.from_arguments(mesh, sequence_axes)
+        super().__init__(model, **kwargs)
+        self.algorithm = WeakLimit(sharding)

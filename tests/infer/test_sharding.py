@@ -1,0 +1,125 @@
+"""Sequences sharded over devices (numpyro_hdphmm.infer.sharding): the sharded kernels make the
+unsharded kernels' draws for the same key, on 4 simulated CPU devices and across 2 processes
+(jax.distributed with gloo CPU collectives).  Each run is a subprocess (tests/infer/sharding_worker.py),
+because the device count and the distributed runtime must be set before JAX starts."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm.infer import PGAS, BeamSampler, WeakLimitGibbs, sequence_mesh
+
+WORKER = Path(__file__).with_name("sharding_worker.py")
+SITES = ("y_states", "y_beta", "y_trans", "y_probs", "gamma", "alpha", "kappa")
+
+
+def run_worker(out, *args, timeout=600):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]),
+                                                                    os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(WORKER), str(out), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(np.load(out))
+
+
+def assert_same_draws(draws, run, reference="unsharded"):
+    """The same states, ``beta`` and rows (integer counts: exact), the same emission parameters and
+    hyperparameters up to the order of floating-point sums."""
+    for site in SITES:
+        a, b = draws[f"{reference}/{site}"], draws[f"{run}/{site}"]
+        if site == "y_states":
+            np.testing.assert_array_equal(a, b, err_msg=f"{run}: {site}")
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=f"{run}: {site}")
+
+
+@pytest.fixture(scope="module")
+def four_devices(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharding") / "four.npz"
+    return run_worker(out, "--devices", "4", "--runs", "unsharded,mesh", "--check-padding")
+
+
+def test_four_devices_make_the_unsharded_draws(four_devices):
+    """64 sequences of 6-12 steps, WeakLimitGibbs with exact hyperparameter updates: the sweep on
+    4 devices (16 sequences each) draws what the unsharded sweep draws for the same key."""
+    assert int(four_devices["num_devices"]) == 4
+    assert four_devices["unsharded/y_states"].shape == (4, 64, 12)
+    assert len(np.unique(four_devices["unsharded/y_states"][-1])) > 1  # the states moved
+    assert_same_draws(four_devices, "mesh")
+
+
+def test_padding_rows_are_dropped(four_devices):
+    """map_sequences of 5 rows on 1-4 devices (padded to 6 and 8 on 3 and 4) gives the unsharded
+    values, with the padded rows gone."""
+    a = np.arange(5.0) * 3.0 + np.arange(10).reshape(5, 2).sum(-1)
+    b = np.arange(10).reshape(5, 2)[:, ::-1]
+    for count in range(1, 5):
+        np.testing.assert_array_equal(four_devices[f"padding{count}/a"], a)
+        np.testing.assert_array_equal(four_devices[f"padding{count}/b"], b)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_make_the_one_process_draws(four_devices, tmp_path):
+    """jax.distributed on a loopback coordinator, 2 processes with one CPU device each and gloo
+    collectives: the mesh spans both processes, and the draws are the one-process draws."""
+    out = tmp_path / "two.npz"
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]),
+                                                                    os.environ.get("PYTHONPATH")]))}
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(out), "--runs", "mesh", "--num-processes", "2",
+                               "--process-id", str(i), "--port", port], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    errors = []
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if proc.returncode != 0:
+            errors.append(err[-3000:])
+    assert not errors, "\n".join(errors)
+    draws = dict(np.load(out))
+    assert int(draws["num_devices"]) == 2
+    assert_same_draws({**draws, **{k: v for k, v in four_devices.items() if k.startswith("unsharded/")}}, "mesh")
+
+
+@pytest.mark.slow
+def test_padding_and_beam_sampler_sharded(tmp_path):
+    """64 sequences on 3 of 4 devices (padded to 66) with WeakLimitGibbs, and BeamSampler on 4 and
+    3 devices: the unsharded draws."""
+    draws = run_worker(tmp_path / "wl3.npz", "--devices", "4", "--runs", "unsharded,mesh3")
+    assert_same_draws(draws, "mesh3")
+    draws = run_worker(tmp_path / "beam.npz", "--devices", "4", "--kernel", "beam", "--runs", "unsharded,mesh,mesh3")
+    assert_same_draws(draws, "mesh")
+    assert_same_draws(draws, "mesh3")
+
+
+def model(y):
+    nh.sample("y", nh.StickyHDPHMM(2.0, 2.0, 5.0, nh.emissions.Categorical(2, 1.0), max_states=3), obs=y)
+
+
+def test_mesh_arguments_are_validated():
+    mesh = sequence_mesh()
+    assert WeakLimitGibbs(model, mesh=mesh).algorithm.sharding.num_shards == len(jax.devices())
+    assert BeamSampler(model, mesh=mesh, sequence_axes="sequences").algorithm.sharding.axes == ("sequences",)
+    with pytest.raises(ValueError, match="`mesh` must be a jax.sharding.Mesh"):
+        WeakLimitGibbs(model, mesh=jax.devices())
+    with pytest.raises(ValueError, match="`sequence_axes` must name axes of the mesh"):
+        WeakLimitGibbs(model, mesh=mesh, sequence_axes="chains")
+    with pytest.raises(ValueError, match="`sequence_axes` needs a `mesh`"):
+        BeamSampler(model, sequence_axes="sequences")
+    with pytest.raises(NotImplementedError, match="not data-parallel"):
+        PGAS(model, mesh=mesh)

@@ -30,7 +30,14 @@ runs :func:`~numpyro_hdphmm.infer.discovery.discover` once, keeps the sample fie
 latent site of the model, so ArviZ and ``Predictive`` work), runs ``step``, records ``explicit``,
 updates the remaining latent sites with an inner kernel (NUTS by default) on the model with the
 rows integrated out, implements the block protocol of :class:`numpyro.infer.Gibbs` (``model``,
-``refresh``, ``wrap_model``, ``get_constrain_fn``) and vectorizes over chains.
+``refresh``, ``wrap_model``, ``get_constrain_fn``) and vectorizes over chains.  Its compiled
+``init`` and sweep are cached on the kernel (:meth:`HDPKernel._program`), keyed by the spec,
+``num_warmup``, vectorized chains and the model arguments' structure, shapes, dtypes and
+non-array values, with the data passed as arguments: a second ``MCMC.run`` with a new key or new
+data of the same shape, ``jit_model_args=True`` and a ``post_warmup_state`` continuation compile
+neither again.  (NumPyro's own sampling loop is recompiled by NumPyro on every ``run`` with
+``progress_bar=False``, for every kernel, NUTS included; with the progress bar and
+``jit_model_args=True`` it is reused too.)
 ``docs/kernels.md`` walks through the weak-limit kernel as the worked example.
 """
 

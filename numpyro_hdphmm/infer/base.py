@@ -406,7 +406,7 @@ class _Arguments(NamedTuple):
         is_array = tuple(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves)
         arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
         others = tuple(leaf for leaf, a in zip(leaves, is_array) if not a)
-        key = (treedef, is_array, tuple((np.shape(x), np.result_type(x).str) for x in arrays), others)
+        key = (treedef, is_array, tuple((np.shape(x), np.dtype(x.dtype).str) for x in arrays), others)
         try:
             hash(key)
         except TypeError:

@@ -79,3 +79,20 @@ def test_mcmc_second_run_and_continuation_do_not_retrace():
     mcmc.run(mcmc.post_warmup_state.rng_key, _data(1))
     assert counts == {"init": 1, "sample": 1}
     assert mcmc.get_samples()["y_states"].shape == (3, 30)
+
+
+def test_model_needing_argument_values_falls_back_to_constants():
+    """A model that reads its data's values in Python (``int(y.max())``) cannot be traced with
+    abstract arguments: the kernel compiles the data in as constants instead (uncached), and runs."""
+
+    def value_model(y):
+        num_categories = int(np.asarray(y).max()) + 1  # needs concrete data
+        hmm = nh.StickyHDPHMM(2.0, 2.0, 5.0, nh.emissions.Categorical(num_categories, 1.0), max_states=2)
+        nh.sample("y", hmm, obs=y)
+
+    kernel = WeakLimitGibbs(value_model)
+    counts = _counting(kernel)
+    mcmc = MCMC(kernel, num_warmup=1, num_samples=2, progress_bar=False)
+    mcmc.run(jax.random.key(0), _data(0, 10))
+    assert mcmc.get_samples()["y_states"].shape == (2, 10)
+    assert counts["init"] == 2  # the abstract attempt, then the program with the data as constants

@@ -105,6 +105,9 @@ __all__ = [
     "PointSegmentation",
     "point_segmentation",
     "expected_partition_loss",
+    "StateSummary",
+    "summary",
+    "print_summary",
 ]
 
 _LOSSES = ("vi", "binder")
@@ -513,3 +516,124 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
     labels = np.full(labelled.shape, -1, np.int64)
     labels[labelled] = found[best]
     return PointSegmentation(labels.reshape(layout), losses[best], int(found[best].max()) + 1)
+
+
+# ============================================================================ summaries
+def _hdp_site_name(samples) -> str:
+    names = sorted(k[: -len("_trans")] for k in samples if k.endswith("_trans") and f"{k[:-len('_trans')]}_states" in samples)
+    if len(names) != 1:
+        raise ValueError(f"`name`: the samples hold {len(names)} HDP-HMMs ({names}); pass the name given to "
+                         "numpyro_hdphmm.sample.")
+    return names[0]
+
+
+class StateSummary(NamedTuple):
+    """Result of :func:`summary`.
+
+    sites : ``{site: (C, D, ...)}`` the draws that were summarized (grouped by chain): every
+        site that is not state-indexed, ``{name}_num_states``, and the state-indexed emission
+        parameters and ``{name}_beta`` restricted to the kept states (after relabelling)
+    stats : ``numpyro.diagnostics.summary`` of the non-constant ``sites`` (mean, std, quantiles,
+        ``n_eff``, ``r_hat``)
+    states : the (relabelled) labels of the kept states, the order of the state axis of ``sites``
+    occupancy : ``(K,)`` the fraction of draws in which each (relabelled) state labels some step
+    constant : ``{site: value}`` of the sites whose draws are all equal (no R-hat or ESS exists)
+    """
+
+    sites: dict
+    stats: dict
+    states: np.ndarray
+    occupancy: np.ndarray
+    constant: dict
+
+
+def summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None, min_occupancy: float = 0.5,
+            prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (), group_by_chain: bool = True) -> StateSummary:
+    r"""A label-switching-proof summary of HDP-HMM draws (what ``mcmc.print_summary()`` would show).
+
+    NumPyro's ``MCMC.print_summary`` summarizes every element of every site: one row per time step
+    for ``{name}_states`` (``T`` rows of NaN R-hat: an integer label is not a quantity to
+    average) and per-label rows of label-switched sites (R-hat of ``{name}_beta`` well above 1
+    although every chain found the same states).  Here:
+
+    * the draws are relabelled first (:func:`relabel_samples`: Stephens' algorithm, or Hungarian
+      matching to ``reference``), so that label ``k`` means the same state in every draw and chain;
+    * ``{name}_states`` is replaced by ``{name}_num_states`` (label-invariant; use
+      :func:`point_segmentation` or :func:`numpyro_hdphmm.viterbi` for the segmentation) and
+      ``{name}_trans`` is left out (``(K+1)^2`` entries; read it from the relabelled samples);
+    * the emission parameters (and ``extra_sites``) and ``{name}_beta`` are kept for the states
+      with ``occupancy >= min_occupancy``: the states that label some step in at least that
+      fraction of draws (the others hold prior draws in most draws);
+    * sites whose draws are all equal are listed in ``constant`` instead of getting a NaN row.
+
+    Args:
+        samples: ``mcmc.get_samples(group_by_chain=True)`` (``(C, D, ...)``), an ``MCMC`` object
+            after ``run``, or flat draws ``(S, ...)`` with ``group_by_chain=False``.
+        name: the HDP-HMM's name (default: found from the samples).
+        relabel: relabel the draws first (``False``: summarize the labels as sampled).
+        reference: a reference labelling for the relabelling (see :func:`relabel_samples`).
+        min_occupancy: keep the states used in at least this fraction of draws, in ``[0, 1]``.
+        prob: the probability mass of the credible interval.
+        lengths: ``(N,)`` sequence lengths (padded steps), for the relabelling.
+        extra_sites: the user's own state-indexed sites (custom emissions).
+        group_by_chain: whether the samples have a leading chain axis.
+    """
+    from numpyro.diagnostics import summary as numpyro_summary
+
+    if hasattr(samples, "get_samples"):
+        samples, group_by_chain = samples.get_samples(group_by_chain=True), True
+    if not isinstance(samples, dict):
+        raise ValueError(f"`samples` must be a dict of draws or an MCMC object, got {type(samples).__name__}.")
+    if not 0.0 <= float(min_occupancy) <= 1.0:
+        raise ValueError(f"`min_occupancy` must be in [0, 1], got {min_occupancy}.")
+    samples = {k: np.asarray(v) for k, v in samples.items()}
+    if not group_by_chain:
+        samples = {k: v[None] for k, v in samples.items()}
+    name = _hdp_site_name(samples) if name is None else name
+    if relabel:
+        samples = relabel_samples(samples, reference, name=name, lengths=lengths, extra_sites=extra_sites)
+        samples = {k: np.asarray(v) for k, v in samples.items()}
+    sites = find_state_sites(samples, name, extra_sites)
+    K = sites.num_states
+    labels, _ = _step_labels(samples[sites.states].reshape((-1,) + samples[sites.states].shape[2:]), lengths,
+                             f"samples[{sites.states!r}]")
+    used = np.zeros((labels.shape[0], K + 1), bool)
+    np.put_along_axis(used, np.where(labels >= 0, labels, K), True, axis=1)
+    occupancy = used[:, :K].mean(0)
+    kept = np.flatnonzero(occupancy >= min_occupancy)
+    lead = samples[sites.trans].shape[:2]
+    out = {}
+    state_indexed = {sites.trans, sites.states, sites.beta, *sites.params}
+    for k, v in samples.items():
+        if k not in state_indexed and k != f"{name}_num_states":
+            out[k] = v
+    out[f"{name}_num_states"] = used[:, :K].sum(1).reshape(lead)
+    if sites.beta is not None:
+        out[sites.beta] = samples[sites.beta][:, :, kept]
+    for k in sites.params:
+        out[k] = samples[k][:, :, kept]
+    constant = {k: v[0, 0] for k, v in out.items() if v.size and np.all(v == v[:1, :1])}
+    varying = {k: v for k, v in out.items() if k not in constant}
+    stats = numpyro_summary(varying, prob=prob, group_by_chain=True) if varying else {}
+    return StateSummary(out, stats, kept, occupancy, constant)
+
+
+def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None,
+                  min_occupancy: float = 0.5, prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (),
+                  group_by_chain: bool = True) -> StateSummary:
+    """Print :func:`summary` as ``numpyro.diagnostics.print_summary`` does (the kept states' labels,
+    the constant sites and the occupancy below the table) and return it.  Arguments as
+    :func:`summary`; use it instead of ``mcmc.print_summary()`` for HDP-HMM models."""
+    from numpyro.diagnostics import print_summary as numpyro_print_summary
+
+    res = summary(samples, name=name, relabel=relabel, reference=reference, min_occupancy=min_occupancy, prob=prob,
+                  lengths=lengths, extra_sites=extra_sites, group_by_chain=group_by_chain)
+    varying = {k: v for k, v in res.sites.items() if k not in res.constant}
+    if varying:
+        numpyro_print_summary(varying, prob=prob, group_by_chain=True)
+    what = "relabelled " if relabel else ""
+    print(f"state-indexed sites: the {what}states used in >= {min_occupancy:.0%} of draws, labels {res.states.tolist()} "
+          f"(occupancy {np.round(res.occupancy[res.states], 2).tolist()}); states and transition rows left out")
+    for k, v in res.constant.items():
+        print(f"constant over all draws: {k} = {np.asarray(v).tolist()}")
+    return res

@@ -30,7 +30,14 @@ runs :func:`~numpyro_hdphmm.infer.discovery.discover` once, keeps the sample fie
 latent site of the model, so ArviZ and ``Predictive`` work), runs ``step``, records ``explicit``,
 updates the remaining latent sites with an inner kernel (NUTS by default) on the model with the
 rows integrated out, implements the block protocol of :class:`numpyro.infer.Gibbs` (``model``,
-``refresh``, ``wrap_model``, ``get_constrain_fn``) and vectorizes over chains.
+``refresh``, ``wrap_model``, ``get_constrain_fn``) and vectorizes over chains.  Its compiled
+``init`` and sweep are cached on the kernel (:meth:`HDPKernel._program`), keyed by the spec,
+``num_warmup``, vectorized chains and the model arguments' structure, shapes, dtypes and
+non-array values, with the data passed as arguments: a second ``MCMC.run`` with a new key or new
+data of the same shape, ``jit_model_args=True`` and a ``post_warmup_state`` continuation compile
+neither again.  (NumPyro's own sampling loop is recompiled by NumPyro on every ``run`` with
+``progress_bar=False``, for every kernel, NUTS included; with the progress bar and
+``jit_model_args=True`` it is reused too.)
 ``docs/kernels.md`` walks through the weak-limit kernel as the worked example.
 """
 
@@ -375,6 +382,43 @@ def _check_capacity(capacity: int, kernel: str) -> None:
 #: data size (elements) above which the initial log joint is compiled rather than run eagerly
 _COMPILE_LOG_JOINT_SIZE = 1_000_000
 
+#: tracing a model with its array arguments abstract fails with these when the model needs their
+#: values (``int(y.max())``); the kernel then compiles with the arguments as constants, uncached
+_CONCRETE_ARGUMENT_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                             jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError)
+
+
+class _Arguments(NamedTuple):
+    """The model's arguments split for compilation: ``arrays`` (every array leaf, passed to the
+    compiled function as an argument, so that new data of the same shape reuses the program) and
+    ``key`` (hashable: the pytree structure, the arrays' shapes and dtypes and every other leaf's
+    value, which the program is specialized on); ``None`` when a leaf is unhashable."""
+
+    arrays: list
+    key: Any
+    treedef: Any
+    is_array: tuple
+    others: tuple
+
+    @staticmethod
+    def split(model_args, model_kwargs) -> "_Arguments":
+        leaves, treedef = jax.tree_util.tree_flatten((model_args, model_kwargs))
+        is_array = tuple(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves)
+        arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
+        others = tuple(leaf for leaf, a in zip(leaves, is_array) if not a)
+        key = (treedef, is_array, tuple((np.shape(x), np.dtype(x.dtype).str) for x in arrays), others)
+        try:
+            hash(key)
+        except TypeError:
+            key = None
+        return _Arguments(arrays, key, treedef, is_array, others)
+
+    def join(self, arrays):
+        """``(model_args, model_kwargs)`` with ``arrays`` in place of the array leaves."""
+        it, other = iter(arrays), iter(self.others)
+        leaves = [next(it) if a else next(other) for a in self.is_array]
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
 
 class HDPKernel(MCMCKernel):
     """The NumPyro ``MCMCKernel`` around an :class:`Algorithm` (see the module docstring).
@@ -418,9 +462,17 @@ class HDPKernel(MCMCKernel):
         self._verbose = bool(verbose)
         self._spec: Optional[ModelSpec] = None
         self._spec_key = None
-        self._inner = None
-        self._sample_fn = None
         self._model_cache = None
+        self._reset_programs()
+
+    def _reset_programs(self):
+        """Forget the inner kernel and the compiled programs (:meth:`_program`)."""
+        self._inner = None
+        self._inner_spec = None
+        self._programs = {}
+        self._config = None
+        self._constant_args = None
+        self._sample_fn = None
 
     # ------------------------------------------------------------------ protocol
     @property
@@ -456,10 +508,10 @@ class HDPKernel(MCMCKernel):
     def wrap_model(self, wrapper):
         new = copy.copy(self)
         new._model = wrapper(self._model)
-        new._sample_fn = None
         new._spec = None
         new._spec_key = None
         new._model_cache = None
+        new._reset_programs()
         return new
 
     def get_constrain_fn(self, model_args, model_kwargs):
@@ -477,8 +529,8 @@ class HDPKernel(MCMCKernel):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_sample_fn"] = None
-        state["_model_cache"] = None
+        state.update(_model_cache=None, _inner=None, _inner_spec=None, _programs={}, _config=None, _constant_args=None,
+                     _sample_fn=None)
         return state
 
     # ------------------------------------------------------------------ discovery
@@ -584,19 +636,59 @@ class HDPKernel(MCMCKernel):
         spec = self._discover(model_args, model_kwargs)
         if self._verbose:
             print(f"{type(self).__name__} update plan:\n{spec.plan}")
-        self._inner = self._make_inner() if spec.inner_sites else None
+        if self._inner_spec != spec:  # the compiled programs call the inner kernel they were traced with
+            self._inner = self._make_inner() if spec.inner_sites else None
+            self._inner_spec = spec
+            self._programs = {}
+        vectorized = not is_prng_key(rng_key)  # vectorized chains: a batch of keys
+        self._config = (spec, int(num_warmup), vectorized)
+        self._sample_fn = self._sweep
+        args = _Arguments.split(model_args, model_kwargs)
+        if args.key is not None and self._constant_args != args.key:
+            try:
+                return self._program("init", args)(rng_key, init_params, args.arrays)
+            except _CONCRETE_ARGUMENT_ERRORS:  # the model needs the values of its arguments:
+                self._constant_args = args.key  # compile them in (uncached), here and in the sweeps
         init_one = lambda key, params: self._init_one(key, num_warmup, params, model_args, model_kwargs)
-        if not is_prng_key(rng_key):  # vectorized chains: a batch of keys
-            # compiled as one program: run eagerly, every (batched) operation would be compiled on
-            # its own (hundreds of small compilations)
-            state = jax.jit(jax.vmap(init_one))(rng_key, init_params)
-            self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))
-        else:
-            state = jax.jit(init_one)(rng_key, init_params)
-            self._sample_fn = self._sample_one
-        return state
+        # one program, also for vectorized chains: run eagerly, every (batched) operation would be
+        # compiled on its own (hundreds of small compilations)
+        return jax.jit(jax.vmap(init_one) if vectorized else init_one)(rng_key, init_params)
+
+    def _program(self, which: str, args: _Arguments):
+        """The compiled ``init`` (``(rng_key, init_params, arrays) -> HDPState``) or ``sample``
+        (``(state, arrays) -> HDPState``) program for the current configuration (spec,
+        ``num_warmup``, vectorized chains) and the arguments' structure, shapes, dtypes and
+        non-array values (:class:`_Arguments`), cached on the kernel: a second ``MCMC.run`` (new
+        key, new data of the same shape, ``jit_model_args``, ``post_warmup_state``) reuses them.
+        The data enter as arguments, never as constants of the program."""
+        key = (which, self._config, args.key)
+        program = self._programs.get(key)
+        if program is None:
+            num_warmup, vectorized = self._config[1:]
+            if which == "init":
+                def program(rng_key, init_params, arrays):
+                    model_args, model_kwargs = args.join(arrays)
+                    return self._init_one(rng_key, num_warmup, init_params, model_args, model_kwargs)
+            else:
+                def program(state, arrays):
+                    model_args, model_kwargs = args.join(arrays)
+                    return self._sample_one(state, model_args, model_kwargs)
+            if vectorized:
+                program = jax.vmap(program, in_axes=(0, 0, None) if which == "init" else (0, None))
+            program = self._programs[key] = jax.jit(program)
+        return program
+
+    def _sweep(self, state, model_args, model_kwargs):
+        """One sweep of every chain (compiled once per configuration, :meth:`_program`)."""
+        args = _Arguments.split(model_args, model_kwargs)
+        if args.key is None or args.key == self._constant_args:  # arguments compiled in as constants
+            sweep = jax.vmap(self._sample_one, in_axes=(0, None, None)) if self._config[2] else self._sample_one
+            return sweep(state, model_args, model_kwargs)
+        return self._program("sample", args)(state, args.arrays)
 
     def sample(self, state, model_args, model_kwargs):
+        if self._sample_fn is None:
+            raise RuntimeError(f"{type(self).__name__}.sample: call init first.")
         state = self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
         name = type(self).__name__
         host_warning(_warn_overflow, state.info.overflow, self._spec.capacity, name)

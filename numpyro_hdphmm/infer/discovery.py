@@ -32,6 +32,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
+from numpyro.primitives import Messenger
 
 from numpyro_hdphmm._core.crp import HYPERPARAMETER_UPDATES, Concentrations, HyperPriors
 from numpyro_hdphmm.primitives import HDP_ROLE
@@ -175,9 +176,37 @@ class ModelView(NamedTuple):
 
 
 # ------------------------------------------------------------------------------ tracing
+class _RepresentedStates(Messenger):
+    """Draw the ``{name}_states`` site among the represented states: the chain's initial and
+    transition probabilities restricted to the ``K`` slots and renormalized.  ``MarkovChain.sample``
+    draws the same (it redraws a step that went to the mass of the states not represented among
+    the represented ones) but warns about each such step, which in a starting value (a draw from
+    a prior whose ``gamma`` puts most mass beyond ``K``) is no sign of a problem with the fit."""
+
+    def process_message(self, msg):
+        if msg["type"] != "sample" or msg["is_observed"] or (msg.get("infer") or {}).get(HDP_ROLE) != "states":
+            return
+        fn = msg["fn"]
+        chain = unwrap(fn)
+        k = chain.num_states
+        if chain.transition_matrix.shape[-1] != k + 1:
+            return
+
+        def represented(p):
+            head = p[..., :k]
+            total = jnp.sum(head, -1, keepdims=True)
+            return jnp.where(total > 0, head / jnp.where(total > 0, total, 1.0), 1.0 / k)
+
+        new = type(chain)(represented(chain.initial_probs), represented(chain.transition_matrix), chain.num_steps,
+                          lengths=chain.lengths)
+        msg["fn"] = new.expand(fn.batch_shape) if tuple(fn.batch_shape) != tuple(new.batch_shape) else new
+
+
 def prior_trace(model, rng_key, model_args=(), model_kwargs=None):
     """A trace of ``model`` with every latent site drawn from its prior (unlike NumPyro's
-    ``prototype_trace``, this needs no unconstraining transform, e.g. for spherical sites).
+    ``prototype_trace``, this needs no unconstraining transform, e.g. for spherical sites).  The
+    states are drawn among the represented states (:class:`_RepresentedStates`), without the
+    capacity warning of ``MarkovChain.sample``: this is a starting value, not the fit.
 
     The draws run as one compiled program; the model is then traced with them substituted, so
     that a trace taken outside ``jit`` (discovery) does not execute, and compile, the samplers of
@@ -186,7 +215,7 @@ def prior_trace(model, rng_key, model_args=(), model_kwargs=None):
     model_kwargs = model_kwargs or {}
 
     def draw(key):
-        tr = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
+        tr = handlers.trace(handlers.seed(_RepresentedStates(model), key)).get_trace(*model_args, **model_kwargs)
         return {name: site["value"] for name, site in tr.items() if site["type"] == "sample" and not site["is_observed"]}
 
     values = jax.jit(draw)(rng_key)

@@ -22,6 +22,7 @@ from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, HDPState
 from numpyro_hdphmm.infer.beam import BeamSampler
 from numpyro_hdphmm.infer.direct_assignment import DirectAssignmentGibbs
 from numpyro_hdphmm.infer.discovery import ModelSpec, UpdatePlan, discover
+from numpyro_hdphmm.infer.initialization import init_to_data
 from numpyro_hdphmm.infer.pgas import PGAS
 from numpyro_hdphmm.infer.rcd import RCDSampler
 from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
@@ -43,5 +44,6 @@ __all__ = [
     "UpdatePlan",
     "WeakLimitGibbs",
     "discover",
+    "init_to_data",
     "weak_limit",
 ]

@@ -460,12 +460,15 @@ class PGAS(HDPKernel):
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
     :param verbose: print the update plan at initialization.
+    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
+        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
+        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
 
     Collected diagnostics: :class:`PGASInfo` (e.g. ``extra_fields=("ess_mean", "reference_kept")``).
     """
 
     def __init__(self, model, num_particles: int = 10, proposal: str = "prior", *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, verbose: bool = False):
+                 exact_hyperparameters: bool = True, verbose: bool = False, init_strategy="data"):
         if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 2:
             raise ValueError(f"`num_particles` must be an integer >= 2 (the reference and at least one other), "
                              f"got {num_particles!r}.")
@@ -479,4 +482,5 @@ class PGAS(HDPKernel):
                 "use proposal='prior' (passes) until the fully adapted proposal is fixed."
             )
         self.algorithm = ParticleGibbs(num_particles, proposal)
-        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose)
+        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
+                         init_strategy=init_strategy)

@@ -5,16 +5,16 @@ Every kernel (:class:`~numpyro_hdphmm.infer.base.HDPKernel`) takes ``init_strate
 ``"data"`` (the default, :func:`init_to_data` with its defaults)
     a start that finds the data.  The states come from clustering short windows of the
     observations (:func:`cluster_states`): k-means with k-means++ seeding on the standardized
-    window means of ``y`` into a moderate number of clusters, refined by a few rounds of hard
-    EM with the emission family's own likelihood summed over the window (parameters drawn
-    from their conditional given the clusters, every step moved to the cluster of highest
-    windowed log-likelihood), then, for conjugate families, greedy merging of clusters whose
-    data are more probable as one (a positive Bayes factor of the family's marginal
-    likelihoods).  Given these states the emission parameters are drawn from their
-    conditional (the family's ``update_parameters``) and the tables, ``beta`` and the rows from
-    theirs (:func:`numpyro_hdphmm._core.crp.sample_global` with the concentrations held at their
-    starting values).  The other latent sites (hyperparameters, the inner kernel's sites)
-    start as before: a prior draw (inner sites: the inner kernel's own initialization).
+    window means of ``y`` into a moderate number of clusters, then greedy merging of clusters
+    whose union looks like one cluster (:func:`~numpyro_hdphmm._core.clustering.merge_unimodal`),
+    optionally refined by rounds of hard EM with the emission family's own likelihood.  Given
+    these states the emission parameters are drawn from their conditional (the family's
+    ``update_parameters``) and the tables, ``beta`` and the rows from theirs
+    (:func:`numpyro_hdphmm._core.crp.sample_global` with the concentrations held at their
+    starting values), so the kernel's first sweep reassigns the states under the family's
+    likelihood from parameters that describe the data.  The other latent sites
+    (hyperparameters, the inner kernel's sites) start as before: a prior draw (inner sites:
+    the inner kernel's own initialization).
 ``"prior"`` (:data:`PRIOR`)
     every site a draw from the model's prior (the behaviour before issue 16): the states a
     draw of the Markov chain, the emission parameters prior draws.
@@ -29,12 +29,10 @@ Values given to ``MCMC.run(init_params=...)`` (constrained values, as for NumPyr
 blocks) override all of these; with ``"data"`` the sites not given are drawn given the states.
 
 Custom emissions (:class:`~numpyro_hdphmm.emissions.CustomEmission`, no conjugate prior, the
-parameters are the user's sites): the states are the k-means clusters of the window means
-(no likelihood refinement, no merging), and the parameters start as the inner kernel
-initializes them (with a NumPyro init strategy: that strategy, e.g. ``init_to_value`` for
-parameter values that match the clusters).  Families without a closed-form marginal likelihood
-(``conjugate = False``, e.g. :class:`~numpyro_hdphmm.emissions.DPMixture`) are refined but
-not merged.
+parameters are the user's sites): the states are the clusters of the window means (no
+likelihood refinement), and the parameters start as the inner kernel initializes them (with a
+NumPyro init strategy: that strategy, e.g. ``init_to_value`` for parameter values that match
+the clusters), so the first sweep may move the states away from the clusters.
 """
 
 from __future__ import annotations
@@ -75,12 +73,12 @@ def init_to_data(num_states: Optional[int] = None, window: int = 10, kmeans_iter
 
     :param num_states: clusters of the k-means step (before merging); ``None``:
         ``min(16, max(2, max_states // 2))``, an over-segmentation that the merge step and the
-        sampler reduce, while a free slot stays for the infinite-model samplers.
+        sampler reduce, while free slots stay for the infinite-model samplers.
     :param window: steps per window (centred; the window means are the k-means features and the
         refinement sums the log-likelihoods over it).
     :param kmeans_iterations: Lloyd iterations.
     :param refine_iterations: hard-EM rounds with the family's likelihood (0: none).
-    :param merge: greedily merge clusters with a positive Bayes factor (conjugate families).
+    :param merge: greedily merge over-split clusters (:func:`cluster_states`, step 3).
     """
     for name, value, low in (("window", window, 1), ("kmeans_iterations", kmeans_iterations, 0),
                              ("refine_iterations", refine_iterations, 0)):
@@ -156,12 +154,14 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
        each sequence: ``fbar_t = sum_{|s-t|<=h} f_s / #valid`` (:func:`~numpyro_hdphmm._core.clustering.window_sum`).
     2. k-means (k-means++ seeding) of ``fbar`` over the steps with data in their window into
        ``C`` clusters (:func:`~numpyro_hdphmm._core.clustering.kmeans`).
-    3. Families whose parameters the kernel owns: ``options.refine_iterations`` rounds of hard EM:
+    3. with ``options.merge``: greedy merging of over-split clusters (a BIC comparison of one
+       and two Gaussians along the line through the centres of each pair,
+       :func:`~numpyro_hdphmm._core.clustering.merge_unimodal`; the window means of neighbouring
+       steps share data, so every step weighs ``1 / window``).
+    4. Families whose parameters the kernel owns, ``options.refine_iterations`` rounds of hard EM
+       (default none: the kernel's first sweep does this with the HMM itself):
        ``theta ~ p(theta | y, z)`` (``update_parameters``), then ``z_t = argmax_k sum_{|s-t|<=h}
        valid_s log f(y_s | theta_k)`` over the clusters in use.
-    4. Conjugate families with ``options.merge``: greedy merging of clusters with a positive
-       Bayes factor (:func:`~numpyro_hdphmm._core.clustering.greedy_merge` on the family's
-       ``log_marginal_likelihood``).
     """
     emission, data = view.emission, view.data
     valid = data.valid

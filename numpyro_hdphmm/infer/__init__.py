@@ -24,6 +24,7 @@ from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, HDPState
 from numpyro_hdphmm.infer.beam import BeamSampler
 from numpyro_hdphmm.infer.direct_assignment import DirectAssignmentGibbs
 from numpyro_hdphmm.infer.discovery import ModelSpec, UpdatePlan, discover
+from numpyro_hdphmm.infer.initialization import init_to_data
 from numpyro_hdphmm.infer.pgas import PGAS
 from numpyro_hdphmm.infer.rcd import RCDSampler
 from numpyro_hdphmm.infer.sharding import sequence_mesh
@@ -47,5 +48,6 @@ __all__ = [
     "WeakLimitGibbs",
     "discover",
     "sequence_mesh",
+    "init_to_data",
     "weak_limit",
 ]

@@ -75,6 +75,7 @@ from numpyro_hdphmm.infer.discovery import (
     unwrap,
 )
 from numpyro_hdphmm.distributions import WeakLimitBeta
+from numpyro_hdphmm.infer import initialization
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["Explicit", "Algorithm", "HDPState", "HDPKernel", "flatten_time", "collapse_rows", "LARGE_CAPACITY"]
@@ -439,6 +440,15 @@ class HDPKernel(MCMCKernel):
         cost per sweep (``docs/benchmarks.md``, "Hyperparameter mixing").  Not yet the default:
         with it, an inner NUTS kernel on other hyperparameter sites stalled in one test (issue 16).
     :param verbose: print the update plan (:meth:`update_plan`) at initialization.
+    :param init_strategy: where the chains start (:mod:`numpyro_hdphmm.infer.initialization`):
+        ``"data"`` (default: the states from clustering windows of the observations, refined with
+        the family's likelihood, the emission parameters, ``beta`` and the rows drawn given them;
+        :func:`~numpyro_hdphmm.infer.initialization.init_to_data` for its options), ``"prior"``
+        (every site a draw from the prior), or a NumPyro init strategy
+        (``numpyro.infer.init_to_value(values={...})``, ``init_to_median``, ...) for the sites
+        that are not the HDP-HMM's own, the HDP-HMM's sites that ``init_to_value`` names taken
+        as given (e.g. ``values={"y_states": z0}``) and the rest drawn given the states.
+        ``MCMC.run(init_params=...)`` overrides any of them.
 
     Subclasses set :attr:`algorithm` (an :class:`Algorithm` instance, built from the kernel's
     options in ``__init__``).
@@ -448,7 +458,7 @@ class HDPKernel(MCMCKernel):
     algorithm: Algorithm = Algorithm()
 
     def __init__(self, model, *, inner_kernel: Optional[MCMCKernel] = None, exact_hyperparameters: bool = True,
-                 hyperparameters: str = "auxiliary", verbose: bool = False):
+                 hyperparameters: str = "auxiliary", verbose: bool = False, init_strategy="data"):
         if not callable(model):
             raise ValueError("`model` must be a NumPyro model (a callable).")
         if inner_kernel is not None and not isinstance(inner_kernel, MCMCKernel):
@@ -456,6 +466,7 @@ class HDPKernel(MCMCKernel):
         if hyperparameters not in crp.HYPERPARAMETER_UPDATES:
             raise ValueError(f"`hyperparameters` must be one of {crp.HYPERPARAMETER_UPDATES}, got {hyperparameters!r}.")
         self._hyperparameters = hyperparameters
+        self._init_strategy = initialization.resolve_init_strategy(init_strategy)
         self._model = model
         self._inner_proto = inner_kernel
         self._exact_hyper = bool(exact_hyperparameters)
@@ -617,7 +628,8 @@ class HDPKernel(MCMCKernel):
     def _make_inner(self):
         inner_model = conditioned(self.algorithm.inner_model(self.model))
         if self._inner_proto is None:
-            return NUTS(inner_model)
+            strategy = self._init_strategy
+            return NUTS(inner_model, init_strategy=strategy) if callable(strategy) else NUTS(inner_model)
         return self._inner_proto.wrap_model(lambda m: inner_model)
 
     def _inner_update(self, rng_key, z, inner_state, model_args, model_kwargs, algorithm_state):
@@ -699,15 +711,8 @@ class HDPKernel(MCMCKernel):
     def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         spec = self._spec
         key_trace, key_algorithm, key_inner, key_state = random.split(rng_key, 4)
-        trace = prior_trace(conditioned(self.model), key_trace, model_args, model_kwargs)
-        z = {s: trace[s]["value"] for s in latent_sites(trace)}
-        if init_params:
-            z.update({k: jnp.asarray(v) for k, v in init_params.items() if k in z})
-        states = jnp.asarray(z[spec.sites.states])
-        if not isinstance(states, jax.core.Tracer) and (jnp.any(states < 0) | jnp.any(states >= spec.capacity)):
-            raise ValueError(f"`init_params['{spec.sites.states}']` must hold states in [0, max_states={spec.capacity}).")
-        view = self._view(model_args, model_kwargs, z)
-        algorithm_state = self.algorithm.init(key_algorithm, spec, view, self._explicit_of(z))
+        z, view, start = self._start(key_trace, init_params, model_args, model_kwargs)
+        algorithm_state = self.algorithm.init(key_algorithm, spec, view, start)
         z = self._with_explicit(z, self.algorithm.explicit(key_algorithm, algorithm_state, spec, view))
         inner_state = None
         if self._inner is not None:
@@ -720,6 +725,40 @@ class HDPKernel(MCMCKernel):
             lambda s, k: self.algorithm.step(k, s, spec, view)[1], algorithm_state, key_algorithm))
         return self._state(z, model_args, model_kwargs, algorithm_state, info, jnp.ones((), jnp.result_type(float)),
                            jnp.zeros((), bool), inner_state, key_state)
+
+    def _start(self, rng_key, init_params, model_args, model_kwargs):
+        """``(z, view, start)``: every latent site's starting value, the model's view there and the
+        :class:`Explicit` starting values of the HDP-HMM's sites, by the kernel's ``init_strategy``
+        (:mod:`numpyro_hdphmm.infer.initialization`; ``init_params`` override it)."""
+        spec = self._spec
+        sites = spec.sites
+        strategy = self._init_strategy
+        k_strategy, k_cluster, k_given = random.split(random.fold_in(rng_key, 1), 3)
+        model = conditioned(self.model)
+        trace = prior_trace(model, rng_key, model_args, model_kwargs)
+        z = {s: trace[s]["value"] for s in latent_sites(trace)}
+        given = {}
+        if callable(strategy):
+            z.update(initialization.strategy_values(model, k_strategy, strategy, set(sites.owned), model_args,
+                                                    model_kwargs))
+            given.update({k: v for k, v in initialization.given_values(strategy).items() if k in z})
+        given.update({k: v for k, v in (init_params or {}).items() if k in z})
+        z.update({k: jnp.asarray(v, jnp.result_type(z[k])) for k, v in given.items()})
+        states = jnp.asarray(z[sites.states])
+        if not isinstance(states, jax.core.Tracer) and (jnp.any(states < 0) | jnp.any(states >= spec.capacity)):
+            raise ValueError(f"`init_params['{sites.states}']` must hold states in [0, max_states={spec.capacity}).")
+        view = self._view(model_args, model_kwargs, z)
+        start = self._explicit_of(z)
+        if strategy == initialization.PRIOR:
+            return z, view, start
+        options = strategy if isinstance(strategy, initialization.DataInit) else initialization.DataInit()
+        if sites.states not in given:
+            start = start._replace(states=initialization.cluster_states(k_cluster, view, start.params, spec.capacity,
+                                                                        options))
+        start = initialization.states_given(k_given, spec, view, start,
+                                            given_params=all(s in given for s in sites.param_sites),
+                                            given_beta=sites.beta in given, given_trans=sites.trans in given)
+        return self._with_explicit(z, start), view, start
 
     def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key):
         """Assemble an :class:`HDPState`: ``lp``, the data log-likelihood, ``num_states`` and the

@@ -255,6 +255,9 @@ class BeamSampler(HDPKernel):
         sequences, the rest of the sweep is global (:mod:`numpyro_hdphmm.infer.sharding`,
         ``docs/scaling.md``); the draws are those of the unsharded kernel for the same key.
     :param sequence_axes: the mesh axes the sequences are split over (default: all of them).
+    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
+        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
+        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
     """
 
     algorithm = Beam()

@@ -311,6 +311,9 @@ class DirectAssignmentGibbs(HDPKernel):
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
     :param verbose: print the update plan at initialization.
+    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
+        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
+        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
     """
 
     algorithm = DirectAssignment()

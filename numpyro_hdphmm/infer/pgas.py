@@ -428,12 +428,15 @@ class PGAS(HDPKernel):
     :param verbose: print the update plan at initialization.
     :param mesh: must be ``None``: PGAS runs unsharded (its sequences are visited in turn, sharing
         the states they create; ``docs/scaling.md``); a mesh raises ``NotImplementedError``.
+    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
+        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
+        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
 
     Collected diagnostics: :class:`PGASInfo` (e.g. ``extra_fields=("ess_mean", "reference_kept")``).
     """
 
     def __init__(self, model, num_particles: int = 10, proposal: str = "prior", *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, verbose: bool = False, mesh=None):
+                 exact_hyperparameters: bool = True, verbose: bool = False, init_strategy="data", mesh=None):
         if mesh is not None:
             raise NotImplementedError(
                 "PGAS(mesh=...) is not supported: its sweep is not data-parallel over sequences (the sequences "
@@ -447,4 +450,5 @@ class PGAS(HDPKernel):
         if proposal not in PROPOSALS:
             raise ValueError(f"`proposal` must be one of {PROPOSALS}, got {proposal!r}.")
         self.algorithm = ParticleGibbs(num_particles, proposal)
-        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose)
+        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
+                         init_strategy=init_strategy)

@@ -684,6 +684,9 @@ class RCDSampler(HDPKernel):
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply
         (from the table counts the sampler keeps).
     :param verbose: print the update plan at initialization.
+    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
+        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
+        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
 
     Collected fields: ``z`` (all latent sites; states relabelled by first appearance except for
     custom emissions), ``num_states``, ``lp``, ``accept_prob``/``diverging`` of the inner kernel,
@@ -691,6 +694,7 @@ class RCDSampler(HDPKernel):
     """
 
     def __init__(self, model, mode: str = "slice", block_size: int = 10, split_merge: int = 0, *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, verbose: bool = False):
+                 exact_hyperparameters: bool = True, verbose: bool = False, init_strategy="data"):
         self.algorithm = RCD(mode, block_size, split_merge)
-        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose)
+        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
+                         init_strategy=init_strategy)

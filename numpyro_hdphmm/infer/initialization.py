@@ -1,0 +1,224 @@
+r"""Where the chains of every HDP-HMM kernel start: the ``init_strategy`` argument.
+
+Every kernel (:class:`~numpyro_hdphmm.infer.base.HDPKernel`) takes ``init_strategy``:
+
+``"data"`` (the default, :func:`init_to_data` with its defaults)
+    a start that finds the data.  The states come from clustering short windows of the
+    observations (:func:`cluster_states`): k-means with k-means++ seeding on the standardized
+    window means of ``y`` into a moderate number of clusters, then greedy merging of clusters
+    whose union looks like one cluster (:func:`~numpyro_hdphmm._core.clustering.merge_unimodal`),
+    optionally refined by rounds of hard EM with the emission family's own likelihood.  Given
+    these states the emission parameters are drawn from their conditional (the family's
+    ``update_parameters``) and the tables, ``beta`` and the rows from theirs
+    (:func:`numpyro_hdphmm._core.crp.sample_global` with the concentrations held at their
+    starting values), so the kernel's first sweep reassigns the states under the family's
+    likelihood from parameters that describe the data.  The other latent sites
+    (hyperparameters, the inner kernel's sites) start as before: a prior draw (inner sites:
+    the inner kernel's own initialization).
+``"prior"`` (:data:`PRIOR`)
+    every site a draw from the model's prior (the behaviour before issue 16): the states a
+    draw of the Markov chain, the emission parameters prior draws.
+a NumPyro init strategy (``numpyro.infer.init_to_value(values={...})``, ``init_to_median``, ``init_to_sample``, ...)
+    applied, as NumPyro applies it, to every latent site that is not one of the HDP-HMM's own
+    sites (hyperparameters, the user's sites of a custom emission, ...), and used for the inner
+    NUTS kernel; the HDP-HMM's sites that ``init_to_value`` names are taken as given
+    (e.g. ``init_to_value(values={"y_states": z0})`` starts the states at ``z0``), the others
+    start as with ``"data"``: given the states (clustered when not given).
+
+Values given to ``MCMC.run(init_params=...)`` (constrained values, as for NumPyro's ``Gibbs``
+blocks) override all of these; with ``"data"`` the sites not given are drawn given the states.
+
+Custom emissions (:class:`~numpyro_hdphmm.emissions.CustomEmission`, no conjugate prior, the
+parameters are the user's sites): the states are the clusters of the window means (no
+likelihood refinement), and the parameters start as the inner kernel initializes them (with a
+NumPyro init strategy: that strategy, e.g. ``init_to_value`` for parameter values that match
+the clusters), so the first sweep may move the states away from the clusters.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax, random
+from numpyro import handlers
+
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core.clustering import kmeans, merge_unimodal, window_sum
+from numpyro_hdphmm.emissions.base import state_weights
+
+__all__ = ["DATA", "PRIOR", "DataInit", "init_to_data", "resolve_init_strategy", "cluster_states", "states_given",
+           "strategy_values", "given_values"]
+
+#: the data-driven start (the default)
+DATA = "data"
+#: the prior-draw start
+PRIOR = "prior"
+
+
+class DataInit(NamedTuple):
+    """Options of the data-driven start (:func:`init_to_data`)."""
+
+    num_states: Optional[int] = None
+    window: int = 10
+    kmeans_iterations: int = 20
+    refine_iterations: int = 0
+    merge: bool = True
+
+
+def init_to_data(num_states: Optional[int] = None, window: int = 10, kmeans_iterations: int = 20,
+                 refine_iterations: int = 0, merge: bool = True) -> DataInit:
+    r"""The data-driven start with options (``init_strategy="data"`` is ``init_to_data()``).
+
+    :param num_states: clusters of the k-means step (before merging); ``None``:
+        ``min(16, max(2, max_states // 2))``, an over-segmentation that the merge step and the
+        sampler reduce, while free slots stay for the infinite-model samplers.
+    :param window: steps per window (centred; the window means are the k-means features and the
+        refinement sums the log-likelihoods over it).
+    :param kmeans_iterations: Lloyd iterations.
+    :param refine_iterations: hard-EM rounds with the family's likelihood (0: none).
+    :param merge: greedily merge over-split clusters (:func:`cluster_states`, step 3).
+    """
+    for name, value, low in (("window", window, 1), ("kmeans_iterations", kmeans_iterations, 0),
+                             ("refine_iterations", refine_iterations, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"`init_strategy`: init_to_data's `{name}` must be an integer >= {low}, got {value!r}.")
+    if num_states is not None and (isinstance(num_states, bool) or not isinstance(num_states, int) or num_states < 1):
+        raise ValueError(f"`init_strategy`: init_to_data's `num_states` must be None or an integer >= 1, got {num_states!r}.")
+    return DataInit(num_states, window, kmeans_iterations, refine_iterations, bool(merge))
+
+
+def resolve_init_strategy(init_strategy):
+    """``"data"`` -> :class:`DataInit`, ``"prior"`` -> ``"prior"``, a :class:`DataInit` or a callable
+    (a NumPyro init strategy) as it is; anything else raises ``ValueError`` naming the argument."""
+    if isinstance(init_strategy, str):
+        if init_strategy == DATA:
+            return DataInit()
+        if init_strategy == PRIOR:
+            return PRIOR
+    elif isinstance(init_strategy, DataInit) or callable(init_strategy):
+        return init_strategy
+    raise ValueError(
+        f"`init_strategy` must be 'data' (cluster the observations), 'prior' (a draw from the prior), "
+        f"numpyro_hdphmm.infer.init_to_data(...) or a NumPyro init strategy such as "
+        f"numpyro.infer.init_to_value(values={{...}}), got {init_strategy!r}.")
+
+
+def given_values(init_strategy) -> Dict:
+    """The values a NumPyro ``init_to_value(values=...)`` strategy names (``{}`` otherwise)."""
+    keywords = getattr(init_strategy, "keywords", None) or {}
+    values = keywords.get("values")
+    return dict(values) if isinstance(values, dict) else {}
+
+
+def strategy_values(model, rng_key, init_strategy, owned, model_args, model_kwargs) -> Dict:
+    """``{site: value}`` of every latent site of ``model`` with the NumPyro ``init_strategy``
+    applied to the sites not in ``owned`` (the HDP-HMM's own sites: given values only, else a
+    prior draw, replaced later)."""
+    given = given_values(init_strategy)
+
+    def substitute_fn(site):
+        if site["name"] in owned:
+            return given.get(site["name"])
+        return init_strategy(site)
+
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, rng_key), substitute_fn=substitute_fn)).get_trace(
+        *model_args, **model_kwargs)
+    return {name: site["value"] for name, site in tr.items() if site["type"] == "sample" and not site["is_observed"]}
+
+
+def _default_clusters(capacity: int) -> int:
+    return min(16, max(2, capacity // 2), capacity)
+
+
+def _features(y, valid):
+    """``(N, T, D)`` standardized observations (event flattened, 0 where not valid)."""
+    num_seq, num_steps = valid.shape
+    dtype = jnp.result_type(y.dtype, float) if jnp.issubdtype(y.dtype, jnp.inexact) else jnp.result_type(float)
+    f = jnp.asarray(y, dtype).reshape(num_seq, num_steps, -1)
+    ok = valid[..., None] & jnp.isfinite(f)
+    w = ok.astype(dtype)
+    count = jnp.maximum(jnp.sum(w, (0, 1)), 1.0)
+    mean = jnp.sum(jnp.where(ok, f, 0.0), (0, 1)) / count
+    var = jnp.sum(jnp.where(ok, (f - mean) ** 2, 0.0), (0, 1)) / count
+    scale = jnp.where(var > 0, jnp.sqrt(var), 1.0)
+    return jnp.where(ok, (f - mean) / scale, 0.0), w
+
+
+def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
+    r"""Data-driven starting states ``(N, T)`` int32 in ``[0, capacity)`` (module docstring).
+
+    1. Features: the standardized observations ``f_t`` (event flattened; missing values and
+       padded steps left out), averaged over centred windows of ``options.window`` steps within
+       each sequence: ``fbar_t = sum_{|s-t|<=h} f_s / #valid`` (:func:`~numpyro_hdphmm._core.clustering.window_sum`).
+    2. k-means (k-means++ seeding) of ``fbar`` over the steps with data in their window into
+       ``C`` clusters (:func:`~numpyro_hdphmm._core.clustering.kmeans`).
+    3. with ``options.merge``: greedy merging of over-split clusters (a BIC comparison of one
+       and two Gaussians along the line through the centres of each pair,
+       :func:`~numpyro_hdphmm._core.clustering.merge_unimodal`; the window means of neighbouring
+       steps share data, so every step weighs ``1 / window``).
+    4. Families whose parameters the kernel owns, ``options.refine_iterations`` rounds of hard EM
+       (default none: the kernel's first sweep does this with the HMM itself):
+       ``theta ~ p(theta | y, z)`` (``update_parameters``), then ``z_t = argmax_k sum_{|s-t|<=h}
+       valid_s log f(y_s | theta_k)`` over the clusters in use.
+    """
+    emission, data = view.emission, view.data
+    valid = data.valid
+    num_seq, num_steps = valid.shape
+    num_clusters = min(options.num_states or _default_clusters(capacity), capacity)
+    k_means, k_refine = random.split(rng_key)
+    f, w = _features(data.y, valid)
+    sums, counts = window_sum(f, options.window), window_sum(w, options.window)
+    fbar = sums / jnp.maximum(counts, 1.0)
+    has_data = jnp.any(counts > 0, -1)
+    points = fbar.reshape(num_seq * num_steps, -1)
+    point_weights = has_data.reshape(-1).astype(f.dtype)
+    labels, _ = kmeans(k_means, points, point_weights, num_clusters, options.kmeans_iterations)
+    if options.merge:  # neighbouring window means share their data: n / window effective points
+        labels = merge_unimodal(points, point_weights / options.window, labels, num_clusters, num_clusters - 1)
+    states = labels.reshape(num_seq, num_steps)
+    if not emission.owns_parameters:
+        return states
+    x_flat = jax.tree_util.tree_map(lambda a: a.reshape((num_seq * num_steps,) + a.shape[2:]), data.x)
+
+    def refine(i, states):
+        weights = state_weights(states, valid, capacity, dtype=f.dtype)
+        used = jnp.sum(weights, (0, 1)) > 0
+        theta, _ = emission.update_parameters(random.fold_in(k_refine, i), x_flat, weights.reshape(-1, capacity), params)
+        log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(data.x, theta)
+        log_lik = jnp.where(valid[..., None], log_lik, 0.0)
+        score = jnp.where(used, window_sum(log_lik, options.window), -jnp.inf)
+        return jnp.argmax(score, -1).astype(jnp.int32)
+
+    states = lax.fori_loop(0, options.refine_iterations, refine, states)
+    return states
+
+
+def states_given(rng_key, spec, view, start, *, given_params: bool = False, given_beta: bool = False,
+                 given_trans: bool = False):
+    """``start`` (an :class:`~numpyro_hdphmm.infer.base.Explicit`) with what was not given drawn
+    given its states: the emission parameters from their conditional (``update_parameters``; the
+    user's sites of a custom emission are kept), the tables, ``beta`` and the rows from theirs
+    (:func:`~numpyro_hdphmm._core.crp.sample_global`, the concentrations held fixed)."""
+    k_theta, k_global = random.split(rng_key)
+    capacity = spec.capacity
+    data = view.data
+    states = start.states
+    params = start.params
+    if view.emission.owns_parameters and not given_params:
+        dtype = jnp.result_type(start.beta.dtype, float)
+        weights = state_weights(states, data.valid, capacity, dtype=dtype).reshape(-1, capacity)
+        x_flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), data.x)
+        params, _ = view.emission.update_parameters(k_theta, x_flat, weights, params)
+        params = {k: jnp.asarray(v, start.params[k].dtype) for k, v in params.items()}
+    beta, trans = start.beta, start.trans
+    if not (given_beta and given_trans):
+        draw = crp.sample_global(k_global, states, data.lengths, start.beta, view.hyper, crp.HyperPriors(),
+                                 weak_limit=spec.beta_prior == "weak_limit")
+        beta = beta if given_beta else draw.beta.astype(start.beta.dtype)
+        if not given_trans:
+            trans = draw.trans if not given_beta else crp.sample_rows(k_global, beta, view.hyper.alpha, view.hyper.kappa,
+                                                                     draw.n, draw.first)
+            trans = trans.astype(start.trans.dtype)
+    return start._replace(params=params, beta=beta, trans=trans)

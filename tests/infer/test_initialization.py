@@ -1,0 +1,146 @@
+"""The kernels' ``init_strategy`` (issue 16 item 2, issue 19): the data-driven default finds the
+regimes of a clear two-regime series at sweep 0 where the prior draw does not, ``"prior"`` and
+NumPyro's ``init_to_value`` are honoured, several sequences with ``lengths`` and missing steps and
+custom emissions work, and bad values raise a ``ValueError`` naming the argument."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import init_to_median, init_to_value
+from scipy.optimize import linear_sum_assignment
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm._core.clustering import kmeans, merge_unimodal, window_sum
+from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs, init_to_data
+
+T = 200
+
+
+def regimes(num_steps=T, seed=0):
+    """Two regimes 5 sd apart, switching every 50 steps: ``(y (T, 1), truth (T,))``."""
+    truth = (np.arange(num_steps) // 50) % 2
+    y = np.random.default_rng(seed).normal(5.0 * truth, 1.0)[:, None]
+    return y, truth
+
+
+def found(states, truth):
+    """True states whose optimally matched state covers more than half of their steps."""
+    _, s = np.unique(states, return_inverse=True)
+    _, t = np.unique(truth, return_inverse=True)
+    conf = np.zeros((t.max() + 1, s.max() + 1))
+    np.add.at(conf, (t, s), 1)
+    rows, cols = linear_sum_assignment(-conf)
+    return int(np.sum(conf[rows, cols] > 0.5 * conf.sum(1)[rows]))
+
+
+def model(y, lengths=None):
+    gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
+    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
+    kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
+    emission = nh.emissions.GaussianNIW(jnp.array([2.5]), 0.01, 3.0, jnp.eye(1))
+    nh.sample("y", nh.StickyHDPHMM(gamma, alpha, kappa, emission, max_states=8), obs=y, lengths=lengths)
+
+
+def initial(kernel, *args, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return kernel.init(jax.random.key(seed), 0, None, args, {})
+
+
+# ------------------------------------------------------------------------- numerics
+def test_window_sum_matches_loop():
+    x = np.random.default_rng(1).normal(size=(2, 9, 3))
+    out = np.asarray(window_sum(x, 4))
+    expected = np.stack([[x[n, max(t - 2, 0):t + 3].sum(0) for t in range(9)] for n in range(2)])
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_kmeans_and_merge_find_two_blobs():
+    """k-means with 6 clusters over-splits two blobs; the merge joins the halves of each blob
+    and keeps the blobs apart."""
+    rng = np.random.default_rng(2)
+    truth = np.repeat([0, 1], 150)
+    points = jnp.asarray(rng.normal(size=(300, 2)) * 0.5 + 4.0 * truth[:, None], jnp.float32)
+    weights = jnp.ones(300)
+    labels, _ = kmeans(jax.random.key(0), points, weights, 6, 20)
+    assert len(np.unique(labels)) > 2
+    merged = np.asarray(merge_unimodal(points, weights, labels, 6, 5))
+    assert len(np.unique(merged)) == 2 and found(merged, truth) == 2
+
+
+# ----------------------------------------------------------------------- strategies
+def test_bad_init_strategy_names_the_argument():
+    for bad in ("bogus", 3, None):
+        with pytest.raises(ValueError, match="init_strategy"):
+            WeakLimitGibbs(model, init_strategy=bad)
+    with pytest.raises(ValueError, match="init_strategy.*window"):
+        init_to_data(window=0)
+
+
+def test_data_start_finds_both_regimes_where_the_prior_draw_does_not():
+    """At sweep 0 (after ``init``) the data-driven default holds the two regimes (Hamming < 0.1:
+    the windows straddling a switch are blurred; the first sweep sharpens them), the emission means drawn given them near 0 and 5; the prior-draw start
+    (the behaviour before issue 16) does not find them."""
+    y, truth = regimes()
+    state = initial(WeakLimitGibbs(model), jnp.asarray(y))
+    z = np.asarray(state.z["y_states"])
+    assert found(z, truth) == 2
+    assert float(nh.diagnostics.hamming_distance(z[None], truth)[0]) < 0.1
+    mu = np.asarray(state.z["y_mu"])[[np.bincount(z[truth == r]).argmax() for r in (0, 1)], 0]
+    np.testing.assert_allclose(mu, [0.0, 5.0], atol=0.5)
+    prior = initial(WeakLimitGibbs(model, init_strategy="prior"), jnp.asarray(y))
+    assert found(np.asarray(prior.z["y_states"]), truth) < 2
+
+
+def test_init_to_value_is_honoured():
+    """NumPyro's ``init_to_value``: given states are the starting states (the emission
+    parameters drawn given them), a given hyperparameter its starting value; ``init_to_median``
+    is accepted too (not compiled here, to keep the suite cheap)."""
+    y, truth = regimes()
+    z0 = np.where(np.arange(T) < 120, 3, 5).astype(np.int32)
+    kernel = BeamSampler(model, init_strategy=init_to_value(values={"y_states": z0, "kappa": 7.0}))
+    state = initial(kernel, jnp.asarray(y))
+    # the beam sampler relabels by first appearance: 3 -> 0, 5 -> 1
+    np.testing.assert_array_equal(np.asarray(state.z["y_states"]), (z0 == 5).astype(np.int32))
+    assert float(state.z["kappa"]) == pytest.approx(7.0)
+    mu = np.asarray(state.z["y_mu"])[:2, 0]
+    np.testing.assert_allclose(mu, [y[:120].mean(), y[120:].mean()], atol=0.4)
+    WeakLimitGibbs(model, init_strategy=init_to_median(num_samples=5))  # accepted
+
+
+def test_several_sequences_with_lengths_and_missing_steps():
+    """Two padded sequences (lengths 200 and 130) with missing steps: the clustered start holds
+    both regimes on the observed steps of both sequences."""
+    y1, t1 = regimes(seed=3)
+    y2, t2 = regimes(seed=4)
+    y2[130:] = np.nan
+    y1[[10, 11, 60]] = np.nan
+    ys = jnp.asarray(np.stack([y1, y2]))
+    lengths = jnp.asarray([200, 130], jnp.int32)
+    state = initial(DirectAssignmentGibbs(model), ys, lengths)
+    z = np.asarray(state.z["y_states"])
+    observed = np.isfinite(np.stack([y1, y2])[..., 0])
+    zs, truth = z[observed], np.stack([t1, t2])[observed]
+    assert found(zs, truth) == 2 and float(nh.diagnostics.hamming_distance(zs[None], truth)[0]) < 0.2
+    assert np.all((z >= 0) & (z < 8))
+
+
+def custom_model(y):
+    loc = numpyro.sample("loc", dist.Normal(2.5, 5.0).expand([8]).to_event(1))
+    hmm = nh.StickyHDPHMM(1.0, 1.0, 10.0, lambda k: dist.Normal(loc[k], 1.0), max_states=8)
+    nh.sample("y", hmm, obs=y)
+
+
+def test_custom_emission_states_from_clusters():
+    """A custom (non-conjugate) emission: the starting states are the clusters of the windowed
+    observations (both regimes), the user's parameter site starts as the inner kernel
+    initializes it."""
+    y, truth = regimes()
+    state = initial(WeakLimitGibbs(custom_model), jnp.asarray(y[:, 0]))
+    assert found(np.asarray(state.z["y_states"]), truth) == 2
+    assert np.all(np.isfinite(np.asarray(state.z["loc"])))

@@ -300,4 +300,4 @@ fig.tight_layout()
 #   they were not run for this page.
 #
 # The full build (``python examples/papers/plot_rcd.py`` without ``NH_DOCS_QUICK``: 4,000
-# chains for the exactness check, 10,000 words and 150 sweeps per mode) takes hours on 2 cores.
+# chains for the exactness check, 10,000 words and 150 sweeps per mode) was not run for this page.

@@ -30,26 +30,23 @@ frame (the NaN padding of the six sequences is removed); their sum over a sequen
 ``log p(y | pi, theta)``.  That is the one ``az.compare`` uses below.
 """
 
+import inspect
 import os
 import sys
-import time
 import warnings
 
 import arviz as az
-import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-import numpyro
-import numpyro.distributions as dist
-from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 
 # sphinx_gallery_start_ignore
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), ".."))  # examples/
 # sphinx_gallery_end_ignore
-from mocap import emission_prior, initial_parameters, standardize, valid_frames  # examples/mocap.py
+from mocap import emission_prior, standardize, valid_frames  # examples/mocap.py
+from model_comparison import agreement, fit, make_model  # examples/model_comparison.py
 
 QUICK = os.environ.get("NH_DOCS_QUICK") == "1"  # few sweeps for the CI build of the docs
 NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = (10, 10, 2) if QUICK else (150, 100, 2)
@@ -70,38 +67,19 @@ emission = emission_prior(y, lengths)
 # the weak-limit model with a very large fixed ``gamma`` (``beta -> (1/K, ..., 1/K)``).  All three
 # are sampled by :class:`~numpyro_hdphmm.infer.WeakLimitGibbs` from the same chunk initialization.
 
+# The models and the fitting loop are those of ``examples/model_comparison.py`` (imported, so
+# that they are written once); the model function:
 
-def make_model(kind, max_states):
-    def model(y, lengths):
-        gamma = 1e4 if kind == "finite" else numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
-        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
-        if kind == "sticky":
-            kappa = numpyro.sample("kappa", dist.Gamma(50.0, 1.0))
-            hmm = nh.StickyHDPHMM(gamma, alpha, kappa, emission=emission, max_states=max_states)
-        else:
-            hmm = nh.HDPHMM(gamma, alpha, emission=emission, max_states=max_states)
-        nh.sample("y", hmm, obs=y, lengths=lengths)
+print(inspect.getsource(make_model))
 
-    return model
-
-
-hyper_sites = {"sticky": ("alpha", "gamma", "kappa"), "hdp": ("alpha", "gamma"), "finite": ("alpha",)}
 runs = {}
 for kind in ("sticky", "hdp", "finite"):
-    K = FINITE_STATES if kind == "finite" else MAX_STATES
-    init = initial_parameters(emission, y, lengths, K, NUM_CHAINS, seed=0)
-    init = {k: v for k, v in init.items() if k.startswith("y_") or k in hyper_sites[kind]}
-    mcmc = MCMC(nh.infer.WeakLimitGibbs(make_model(kind, K)), num_warmup=NUM_WARMUP, num_samples=NUM_SAMPLES,
-                num_chains=NUM_CHAINS, chain_method="vectorized", progress_bar=False)
-    start = time.perf_counter()
     with warnings.catch_warnings():
         # a finite HMM uses all of its K states by design: the weak-limit "every slot occupied"
         # warning concerns the nonparametric models only
         warnings.filterwarnings("ignore", message=".*state slots were occupied")
-        mcmc.run(jax.random.key(0), y, jnp.asarray(lengths, jnp.int32), init_params=init)
-    print(f"{kind:>6}: {NUM_CHAINS} chains x {NUM_WARMUP + NUM_SAMPLES} sweeps, K = {K}: "
-          f"{time.perf_counter() - start:.0f} s")
-    runs[kind] = mcmc
+        runs[kind] = fit(kind, emission, y, lengths, FINITE_STATES if kind == "finite" else MAX_STATES,
+                         NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS, seed=0)
 
 # %%
 # ``az.compare`` with the states summed out
@@ -144,16 +122,7 @@ fig.tight_layout()
 # (higher is better; needs scikit-learn).
 
 
-def agreement(states):
-    text = f"Hamming {float(nh.diagnostics.hamming_distance(states, truth)):.3f}"
-    try:
-        text += f", ARI {float(nh.diagnostics.adjusted_rand_index(states, truth)):.3f}"
-    except ImportError:
-        pass
-    return text
-
-
-sticky_model = make_model("sticky", MAX_STATES)
+sticky_model = make_model(emission, MAX_STATES, "sticky")
 samples = runs["sticky"].get_samples()
 states = np.asarray(samples["y_states"])  # (draws of all chains, 6, 446), -1 on padding
 S = states.shape[0]
@@ -165,9 +134,9 @@ estimate = nh.point_segmentation(states, "vi", lengths=lengths)
 last = valid_frames(states[-1], lengths)
 viterbi_best = valid_frames(np.asarray(paths.states[best]), lengths)
 point = valid_frames(estimate.labels, lengths)
-print(f"last draw:            {nh.diagnostics.num_states(last):2d} states, {agreement(last)}")
-print(f"best Viterbi path:    {nh.diagnostics.num_states(viterbi_best):2d} states, {agreement(viterbi_best)}")
-print(f"point estimate (VI):  {estimate.num_clusters:2d} clusters, {agreement(point)}, "
+print(f"last draw:            {nh.diagnostics.num_states(last):2d} states, {agreement(last, truth)}")
+print(f"best Viterbi path:    {nh.diagnostics.num_states(viterbi_best):2d} states, {agreement(viterbi_best, truth)}")
+print(f"point estimate (VI):  {estimate.num_clusters:2d} clusters, {agreement(point, truth)}, "
       f"posterior expected VI {estimate.expected_loss:.3f}")
 
 # %%

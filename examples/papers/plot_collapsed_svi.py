@@ -179,7 +179,7 @@ print(f"true parameters: {truth_ll:.3f}")
 #   (WeakLimitGibbs) ran 13 sweeps in the same 7.8 s and its last draw scored -4.463: per
 #   second, the variational fits are ahead on this corpus of many short sequences;
 # * quick CI build (1,000 sentences, 4 passes): SVI -4.445, SCVI -4.465, SCVI-HDP -4.466,
-#   WeakLimitGibbs (6 sweeps) -4.484: after 40 updates on the small corpus the ranking is not
+#   WeakLimitGibbs (3-6 sweeps in that time) -4.48 to -4.49: after 40 updates on the small corpus the ranking is not
 #   the paper's (SVI ahead by 0.02); the curves above show where each stands in this build.
 #
 # The full build is ``python examples/papers/plot_collapsed_svi.py`` without ``NH_DOCS_QUICK``

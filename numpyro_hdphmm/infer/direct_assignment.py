@@ -62,7 +62,7 @@ from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.split_merge import split_merge_given_beta
+from numpyro_hdphmm.infer.split_merge import SPLIT_MERGE_STREAM, check_split_merge, split_merge_given_beta
 
 __all__ = ["DirectAssignmentGibbs", "DirectAssignment", "DirectAssignmentInfo", "StepLayout", "step_layout",
            "assignment_sweep"]
@@ -219,9 +219,7 @@ class DirectAssignment(Algorithm):
     }
 
     def __init__(self, split_merge: int = 0):
-        if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
-            raise ValueError(f"`split_merge` must be an integer >= 0 (moves per sweep), got {split_merge!r}.")
-        self.split_merge = split_merge
+        self.split_merge = check_split_merge(split_merge)
 
     def check(self, spec: ModelSpec) -> None:
         if spec.beta_prior != "gem":
@@ -237,7 +235,8 @@ class DirectAssignment(Algorithm):
         parameters for the record."""
         capacity = spec.capacity
         data = view.data
-        k_z, k_global, k_theta, k_split = random.split(rng_key, 4)
+        k_z, k_global, k_theta = random.split(rng_key, 3)
+        k_split = random.fold_in(rng_key, SPLIT_MERGE_STREAM)
         try:
             statistics = view.emission.collapsed_statistics(capacity)
         except NotImplementedError as err:

@@ -79,7 +79,7 @@ from numpyro_hdphmm.infer import franchise
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
-from numpyro_hdphmm.infer.split_merge import split_merge_sweep
+from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_sweep
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["RCDSampler", "RCD", "RCDState", "RCDInfo", "MODES", "SweepResult", "single_step_sweep", "block_sweep",
@@ -517,9 +517,7 @@ class RCD(Algorithm):
             raise ValueError(f"`mode` must be one of {MODES}, got {mode!r}.")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"`block_size` must be an integer >= 1, got {block_size!r}.")
-        if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
-            raise ValueError(f"`split_merge` must be an integer >= 0 (moves per sweep), got {split_merge!r}.")
-        self.mode, self.block_size, self.split_merge = mode, block_size, split_merge
+        self.mode, self.block_size, self.split_merge = mode, block_size, check_split_merge(split_merge)
 
     def check(self, spec: ModelSpec) -> None:
         if spec.beta_prior != "gem":

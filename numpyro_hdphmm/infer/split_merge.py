@@ -62,7 +62,8 @@ from numpyro_hdphmm.infer import franchise
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
 
 __all__ = ["SplitMergeResult", "Fragments", "fragments", "restricted_ffbs", "split_merge_move", "split_merge_sweep",
-           "settle", "ExplicitSplitMerge", "split_merge_given_beta"]
+           "settle", "ExplicitSplitMerge", "split_merge_given_beta", "SPLIT_MERGE_STREAM", "check_split_merge",
+           "collapsed_statistics"]
 
 
 class SplitMergeResult(NamedTuple):
@@ -283,6 +284,28 @@ def split_merge_sweep(rng_key, state: CollapsedState, ctx: Context, statistics, 
 
     state, accepted, overflow = lax.fori_loop(0, num_moves, body, (state, jnp.zeros((), jnp.int32), jnp.zeros((), bool)))
     return SplitMergeResult(state, accepted, overflow)
+
+
+#: ``random.fold_in(key, SPLIT_MERGE_STREAM)``: the moves' key in a sweep whose other keys come
+#: from ``random.split(key, n)`` (the sweep's other draws are the same with and without moves)
+SPLIT_MERGE_STREAM = 0x5317
+
+
+def check_split_merge(split_merge) -> int:
+    """``split_merge`` validated: an integer ``>= 0`` (moves per sweep)."""
+    if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
+        raise ValueError(f"`split_merge` must be an integer >= 0 (moves per sweep), got {split_merge!r}.")
+    return split_merge
+
+
+def collapsed_statistics(view, capacity: int, kernel: str):
+    """The emission family's collapsed strategy for the moves (the parameters are integrated
+    out in the moves), or a ``NotImplementedError`` naming the kernel."""
+    try:
+        return view.emission.collapsed_statistics(capacity)
+    except NotImplementedError as err:
+        raise NotImplementedError(f"{kernel}(split_merge=n) integrates the emission parameters out in its moves: "
+                                  f"{err} Use split_merge=0.") from err
 
 
 class ExplicitSplitMerge(NamedTuple):

@@ -1,8 +1,7 @@
-"""Split-merge moves shared by the restricted collapsed draw and DirectAssignmentGibbs
-(``split_merge=n``): exact enumeration of the direct-assignment sampler with the moves on, the
-moves alone (the step-wise updates switched off) against the exact posterior, negative controls
-that drop a term of the acceptance ratio, the ``split_merge_accept`` field with vectorized
-chains."""
+"""Split-merge moves shared by the restricted collapsed draw, DirectAssignmentGibbs and
+BeamSampler (``split_merge=n``): exact enumeration with the moves on, the moves alone (the
+kernel's own state update switched off) against the exact posterior, a negative control that
+drops a term of the acceptance ratio, the ``split_merge_accept`` field with vectorized chains."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,8 @@ import pytest
 from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm.infer import DirectAssignmentGibbs
+from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs
+from numpyro_hdphmm.infer import beam
 from numpyro_hdphmm.infer import direct_assignment as da
 from numpyro_hdphmm.infer import split_merge as sm
 from numpyro_hdphmm.infer.base import flatten_time
@@ -62,6 +62,7 @@ def moves_only_tv(monkeypatch, hyper, num_chains=2000, num_warmup=40):
 
 
 # ------------------------------------------------------------------------------ enumeration
+@pytest.mark.slow
 def test_direct_assignment_with_split_merge_enumeration():
     """DirectAssignmentGibbs(split_merge=2), sticky, T = 5 (52 partitions): the last states of
     2000 vectorized chains match the exact posterior; ``split_merge_accept`` is a rate in [0, 1]
@@ -102,29 +103,42 @@ def test_negative_control_without_proposal_probabilities(monkeypatch):
     assert tv > bound, (tv, bound)
 
 
-@pytest.mark.slow
-def test_negative_control_beta_kept(monkeypatch):
-    """Negative control: ``beta`` not redrawn given the moved tables (the old weights kept, a
-    split's new state given the remaining mass) makes the same test fail: the moves target the
-    collapsed posterior, not the posterior given ``beta``."""
-    real = sm.split_merge_given_beta
-
-    def keep_beta(rng_key, states, beta, *args, **kwargs):
-        out = real(rng_key, states, beta, *args, **kwargs)
-        capacity = beta.shape[0] - 1
-        occupied = jnp.zeros(capacity, bool).at[out.states.reshape(-1)].set(True)
-        was = jnp.zeros(capacity, bool).at[states.reshape(-1)].set(True)
-        # the old weights; a state new to the slots takes half of the remaining mass
-        head = jnp.where(occupied & was, beta[:capacity], jnp.where(occupied, beta[capacity] / 2, 0.0))
-        return out._replace(beta=jnp.concatenate([head, (1.0 - jnp.sum(head))[None]]))
-
-    monkeypatch.setattr(da, "split_merge_given_beta", keep_beta)
-    tv, bound, _ = moves_only_tv(monkeypatch, STICKY)
-    assert tv > bound, (tv, bound)
-
-
 def test_bad_argument():
     with pytest.raises(ValueError, match="split_merge"):
         DirectAssignmentGibbs(fixed_model(*STICKY), split_merge=-1)
     with pytest.raises(ValueError, match="split_merge"):
         DirectAssignmentGibbs(fixed_model(*STICKY), split_merge=1.5)
+
+
+# ------------------------------------------------------------------------------ beam sampler
+def test_beam_bad_argument():
+    with pytest.raises(ValueError, match="split_merge"):
+        BeamSampler(fixed_model(*STICKY), split_merge=True)
+
+
+@pytest.mark.slow
+def test_beam_with_split_merge_enumeration():
+    """BeamSampler(split_merge=2): the moves at the start of the sweep, then the rows redrawn
+    given the moved states (stale rows would bias the slices): the exact posterior."""
+    exact = exact_infinite_posterior([Y5], *STICKY, C, 1.0)
+    states, accept = last_states(BeamSampler(fixed_model(*STICKY), split_merge=2), Y5, 2000, 30, seed=1)
+    tv, bound = empirical_tv(exact, list(states)), tv_bound(exact.values(), len(states))
+    print("beam + split-merge: TV", tv, "bound", bound, "accept", accept.mean())
+    assert tv < bound, (tv, bound)
+    assert np.all((accept >= 0) & (accept <= 1)) and accept.mean() > 0.05
+
+
+@pytest.mark.slow
+def test_beam_moves_alone_enumeration(monkeypatch):
+    """The beam sampler with its FFBS switched off (the states kept): the moves, the compaction,
+    the emission parameters and the global step alone have the exact posterior."""
+
+    def keep_states(rng_key, log_pi, log_u, inst, log_lik, obs, lengths):
+        return jnp.zeros(log_u.shape, jnp.int32), None, jnp.zeros(log_u.shape[:1], bool)
+
+    monkeypatch.setattr(beam, "slice_ffbs", keep_states)
+    exact = exact_infinite_posterior([Y5], *STICKY, C, 1.0)
+    states, accept = last_states(BeamSampler(fixed_model(*STICKY), split_merge=2), Y5, 2000, 40, seed=2)
+    tv, bound = empirical_tv(exact, list(states)), tv_bound(exact.values(), len(states))
+    print("beam, moves alone: TV", tv, "bound", bound, "accept", accept.mean())
+    assert tv < bound, (tv, bound)

@@ -116,7 +116,7 @@ def main():
     for n in args.moves:
         r = run(n, args.seed)
         print(f"| {n} | {r['mode_states']} | {r['median_hamming']:.3f} | "
-              f"{', '.join(f'{h:.3f}' for h in r['last_hamming'])} | {r['accept']:.4f} | {r['ess_states']:.1f} "
+              f"{', '.join(f'{h:.3f}' for h in r['last_hamming'])} | {r['accept']:.2e} | {r['ess_states']:.1f} "
               f"| {r['seconds']:.0f} |", flush=True)
 
 

@@ -119,7 +119,11 @@ def test_beam_bad_argument():
 @pytest.mark.slow
 def test_beam_with_split_merge_enumeration():
     """BeamSampler(split_merge=2): the moves at the start of the sweep, then the rows redrawn
-    given the moved states (stale rows would bias the slices): the exact posterior."""
+    given the moved states (stale rows would bias the slices): the exact posterior by the TV
+    bound.  Measured with 4000 chains (seed 5): TV 0.059-0.063 (bound 0.080), but a chi-square
+    p-value of 1e-6; the beam sampler WITHOUT the moves gives TV 0.088-0.094 (above the bound)
+    and p 1e-15 to 1e-22 after 30 or 200 sweeps, so the beam step itself has a small bias on
+    this problem, which the moves reduce but cannot remove (to be investigated in beam.py)."""
     exact = exact_infinite_posterior([Y5], *STICKY, C, 1.0)
     states, accept = last_states(BeamSampler(fixed_model(*STICKY), split_merge=2), Y5, 2000, 30, seed=1)
     tv, bound = empirical_tv(exact, list(states)), tv_bound(exact.values(), len(states))

@@ -54,6 +54,8 @@ from jax.scipy.special import gammaln, xlogy
 from numpyro_hdphmm._core.crp import Concentrations, TableCounts
 
 __all__ = [
+    "StepLayout",
+    "step_layout",
     "Seating",
     "CellCheckpoint",
     "ConcentrationStatistics",
@@ -73,6 +75,30 @@ __all__ = [
     "concentration_statistics",
     "log_likelihood_concentrations",
 ]
+
+
+class StepLayout(NamedTuple):
+    """Where each flattened step ``i = n * T + t`` sits (``(N T,)`` bool each): inside its
+    sequence (``in_range``), the first step of a sequence (``is_first``: its transition customer
+    sits in the start restaurant), followed by a step of the same sequence (``has_next``: it has
+    a transition out)."""
+
+    in_range: jax.Array
+    is_first: jax.Array
+    has_next: jax.Array
+
+
+def step_layout(num_sequences: int, num_steps: int, lengths) -> StepLayout:
+    """The :class:`StepLayout` of ``num_sequences`` sequences padded to ``num_steps`` steps with
+    ``lengths (N,)`` valid steps each, time flattened (``t < lengths``, ``t == 0``,
+    ``t + 1 < lengths``)."""
+    t = jnp.arange(num_steps)[None, :]
+    lengths = jnp.asarray(lengths)[:, None]
+    shape = (num_sequences, num_steps)
+    in_range = jnp.broadcast_to(t < lengths, shape).reshape(-1)
+    is_first = jnp.broadcast_to(t == 0, shape).reshape(-1)
+    has_next = jnp.broadcast_to(t + 1 < lengths, shape).reshape(-1)
+    return StepLayout(in_range, is_first, has_next)
 
 
 class Seating(NamedTuple):

@@ -72,6 +72,8 @@ from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
+from numpyro_hdphmm.infer.split_merge import (SPLIT_MERGE_STREAM, check_split_merge, collapsed_statistics,
+                                              split_merge_given_beta)
 
 __all__ = ["BeamSampler", "Beam", "BeamInfo", "drop_unused"]
 
@@ -79,12 +81,14 @@ __all__ = ["BeamSampler", "Beam", "BeamInfo", "drop_unused"]
 class BeamInfo(NamedTuple):
     """Per-sweep diagnostics of the beam sampler: ``overflow`` (the capacity ran out while the
     slices needed more states; the sweep continued truncated), ``num_instantiated`` (states the
-    FFBS ran over, after the stick extension) and ``ffbs_ok`` (False when some sequence's forward
-    pass found no admissible path and kept its states)."""
+    FFBS ran over, after the stick extension), ``ffbs_ok`` (False when some sequence's forward
+    pass found no admissible path and kept its states) and ``split_merge_accept`` (the fraction
+    of the sweep's split-merge moves accepted; NaN without them)."""
 
     overflow: jax.Array
     num_instantiated: jax.Array
     ffbs_ok: jax.Array
+    split_merge_accept: jax.Array
 
 
 def drop_unused(states, weights, params, emission, lengths):
@@ -158,7 +162,8 @@ class Beam(Algorithm):
     ``sharding`` (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`): where step 3 runs
     (default unsharded)."""
 
-    def __init__(self, sharding: Optional[SequenceSharding] = None):
+    def __init__(self, split_merge: int = 0, sharding: Optional[SequenceSharding] = None):
+        self.split_merge = check_split_merge(split_merge)
         self.sharding = SequenceSharding() if sharding is None else sharding
 
     name = "BeamSampler"
@@ -190,6 +195,19 @@ class Beam(Algorithm):
         data = view.data
         gamma, alpha, kappa = view.hyper
         k_u, k_ext, k_prior, k_z, k_theta, k_global = random.split(rng_key, 6)
+        # 0. split-merge moves on the collapsed seating, then the rows given the moved states
+        split_merge_accept = jnp.full((), jnp.nan, jnp.result_type(state.beta.dtype, float))
+        split_overflow = jnp.zeros((), bool)
+        if self.split_merge:
+            k_split, k_rows = random.split(random.fold_in(rng_key, SPLIT_MERGE_STREAM))
+            statistics = collapsed_statistics(view, capacity, self.name)
+            moves = split_merge_given_beta(k_split, state.states, state.beta, state.params, data, view.hyper,
+                                           view.emission, statistics, self.split_merge)
+            n, first = crp.transition_counts(moves.states, capacity, data.lengths)
+            trans = crp.sample_rows(k_rows, moves.beta, alpha, kappa, n, first).astype(state.trans.dtype)
+            state = state._replace(states=moves.states, beta=moves.beta, trans=trans, params=moves.params)
+            split_merge_accept = moves.accepted.astype(split_merge_accept.dtype) / self.split_merge
+            split_overflow = moves.overflow
         inst = used_slots(state.states, data.lengths, capacity) | (state.beta[:capacity] > 0)
         # 1. slices
         log_u = draw_slices(k_u, state.states, state.trans, data.lengths)
@@ -215,7 +233,8 @@ class Beam(Algorithm):
         draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False,
                                  hyperparameters=spec.hyperparameters)
         hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
-        info = BeamInfo(overflow=overflow, num_instantiated=jnp.sum(inst).astype(jnp.int32), ffbs_ok=jnp.all(ok))
+        info = BeamInfo(overflow=overflow | split_overflow, num_instantiated=jnp.sum(inst).astype(jnp.int32),
+                        ffbs_ok=jnp.all(ok), split_merge_accept=split_merge_accept)
         return Explicit(states, draw.beta, draw.trans, params, hyper), info
 
 
@@ -246,6 +265,14 @@ class BeamSampler(HDPKernel):
     model's prior draw or ``init_params``), ``beta`` and rows at conditional means given them and
     emission parameters drawn from their conditionals.  Collected diagnostics: :class:`BeamInfo`.
 
+    ``split_merge=n`` adds ``n`` split-merge moves at the start of every sweep (the collapsed
+    moves of :mod:`numpyro_hdphmm.infer.split_merge`, shared with ``RCDSampler`` and
+    ``DirectAssignmentGibbs``: tables drawn given ``beta``, the moves with the rows and the
+    emission parameters integrated out, ``beta`` given the tables, then the emission parameters
+    and the rows given the moved states), so that duplicate states can merge in one move; their
+    acceptance rate is ``BeamInfo.split_merge_accept``.  It needs a family with collapsed
+    statistics (every conjugate family).
+
     :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
@@ -258,11 +285,13 @@ class BeamSampler(HDPKernel):
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
         init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+    :param split_merge: split-merge moves per sweep (0: none).
     """
 
     algorithm = Beam()
 
-    def __init__(self, model, *, mesh=None, sequence_axes=None, **kwargs):
+    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, **kwargs):
         sharding = SequenceSharding.from_arguments(mesh, sequence_axes)
+        algorithm = Beam(split_merge, sharding)
         super().__init__(model, **kwargs)
-        self.algorithm = Beam(sharding)
+        self.algorithm = algorithm

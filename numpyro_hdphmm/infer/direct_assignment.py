@@ -55,35 +55,17 @@ import jax.numpy as jnp
 from jax import lax, random
 
 from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core.hcrp import StepLayout, step_layout
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.split_merge import SPLIT_MERGE_STREAM, check_split_merge, split_merge_given_beta
 
 __all__ = ["DirectAssignmentGibbs", "DirectAssignment", "DirectAssignmentInfo", "StepLayout", "step_layout",
            "assignment_sweep"]
-
-
-class StepLayout(NamedTuple):
-    """Where each flattened step ``i = n * T + t`` sits: inside its sequence (``in_range``), the
-    first step of a sequence (``is_first``), followed by a step of the same sequence
-    (``has_next``)."""
-
-    in_range: jax.Array
-    is_first: jax.Array
-    has_next: jax.Array
-
-
-def step_layout(num_sequences: int, num_steps: int, lengths) -> StepLayout:
-    t = jnp.arange(num_steps)[None, :]
-    lengths = jnp.asarray(lengths)[:, None]
-    shape = (num_sequences, num_steps)
-    in_range = jnp.broadcast_to(t < lengths, shape).reshape(-1)
-    is_first = jnp.broadcast_to(t == 0, shape).reshape(-1)
-    has_next = jnp.broadcast_to(t + 1 < lengths, shape).reshape(-1)
-    return StepLayout(in_range, is_first, has_next)
 
 
 class AssignmentSweep(NamedTuple):
@@ -213,9 +195,12 @@ def assignment_sweep(rng_key, states, beta, params, view: ModelView, statistics)
 
 class DirectAssignmentInfo(NamedTuple):
     """Per-sweep diagnostics: ``overflow`` (at some step every slot of the capacity was occupied,
-    so no new state could be offered: the draw is from the model truncated at ``max_states``)."""
+    so no new state could be offered: the draw is from the model truncated at ``max_states``;
+    or a split found no free slot) and ``split_merge_accept`` (the fraction of the sweep's
+    split-merge moves accepted; NaN without them)."""
 
     overflow: jax.Array
+    split_merge_accept: jax.Array
 
 
 class DirectAssignment(Algorithm):
@@ -233,6 +218,9 @@ class DirectAssignment(Algorithm):
         "params": "integrated out in the sweep; drawn from the conjugate posterior for the record (DP mixtures: Alg. 3)",
     }
 
+    def __init__(self, split_merge: int = 0):
+        self.split_merge = check_split_merge(split_merge)
+
     def check(self, spec: ModelSpec) -> None:
         if spec.beta_prior != "gem":
             raise NotImplementedError(
@@ -241,11 +229,14 @@ class DirectAssignment(Algorithm):
             )
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
-        """One sweep: the step-wise updates (:func:`assignment_sweep`), the canonical relabelling,
-        the global step and the emission parameters for the record."""
+        """One sweep: ``split_merge`` split-merge moves
+        (:func:`~numpyro_hdphmm.infer.split_merge.split_merge_given_beta`), the step-wise updates
+        (:func:`assignment_sweep`), the canonical relabelling, the global step and the emission
+        parameters for the record."""
         capacity = spec.capacity
         data = view.data
         k_z, k_global, k_theta = random.split(rng_key, 3)
+        k_split = random.fold_in(rng_key, SPLIT_MERGE_STREAM)
         try:
             statistics = view.emission.collapsed_statistics(capacity)
         except NotImplementedError as err:
@@ -253,7 +244,16 @@ class DirectAssignment(Algorithm):
                 f"DirectAssignmentGibbs integrates the emission parameters out: {err} "
                 "Use WeakLimitGibbs or BeamSampler, which keep the emission parameters explicit."
             ) from err
-        sweep = assignment_sweep(k_z, state.states, state.beta, state.params, view, statistics)
+        states, beta, params = state.states, state.beta, state.params
+        split_merge_accept = jnp.full((), jnp.nan, jnp.result_type(beta.dtype, float))
+        split_overflow = jnp.zeros((), bool)
+        if self.split_merge:
+            moves = split_merge_given_beta(k_split, states, beta, params, data, view.hyper, view.emission, statistics,
+                                           self.split_merge)
+            states, beta, params = moves.states, moves.beta, moves.params
+            split_merge_accept = moves.accepted.astype(split_merge_accept.dtype) / self.split_merge
+            split_overflow = moves.overflow
+        sweep = assignment_sweep(k_z, states, beta, params, view, statistics)
         states, beta = sweep.states, sweep.beta
         # 2. relabel by first appearance (not for parameters that are the user's sites, which
         # stay with their slots)
@@ -269,9 +269,10 @@ class DirectAssignment(Algorithm):
         # (a DP mixture's component indicators, the only statistics read here, do not depend on the labels)
         weights = state_weights(states, data.valid, capacity, draw.beta.dtype).reshape(-1, capacity)
         params, sigma = statistics.draw_parameters(k_theta, sweep.est, view.emission, flatten_time(data.x), weights,
-                                                   state.params, view.dp_concentration_prior)
+                                                   params, view.dp_concentration_prior)
         hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
-        return Explicit(states, draw.beta, draw.trans, params, hyper), DirectAssignmentInfo(sweep.overflow)
+        info = DirectAssignmentInfo(sweep.overflow | split_overflow, split_merge_accept)
+        return Explicit(states, draw.beta, draw.trans, params, hyper), info
 
 
 class DirectAssignmentGibbs(HDPKernel):
@@ -307,6 +308,13 @@ class DirectAssignmentGibbs(HDPKernel):
     (Fox et al. Sec. VII); :class:`~numpyro_hdphmm.infer.WeakLimitGibbs` and the beam sampler
     update whole sequences.
 
+    ``split_merge=n`` adds ``n`` split-merge moves per sweep (the restricted collapsed draw's
+    moves, RCD paper Algs. 9-10, :mod:`numpyro_hdphmm.infer.split_merge`): the table counts are
+    drawn given ``beta``, the moves act on the collapsed seating and ``beta`` is drawn given the
+    tables after them, which leaves the posterior invariant.  They move many steps at once
+    (split a state in two, merge two states), which the step-wise updates cannot; their
+    acceptance rate is the collected field ``split_merge_accept``.
+
     :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
     :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
@@ -314,6 +322,11 @@ class DirectAssignmentGibbs(HDPKernel):
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
         init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+    :param split_merge: split-merge moves per sweep (0: none).
     """
 
     algorithm = DirectAssignment()
+
+    def __init__(self, model, split_merge: int = 0, **kwargs):
+        self.algorithm = DirectAssignment(split_merge)
+        super().__init__(model, **kwargs)

@@ -37,18 +37,23 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from numpyro_hdphmm._core import hcrp
+from jax import random
+
+from numpyro_hdphmm._core import crp, hcrp
 from numpyro_hdphmm._core.crp import Concentrations
+from numpyro_hdphmm._core.hcrp import step_layout
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer.direct_assignment import step_layout
+from numpyro_hdphmm.infer.base import flatten_time
 
 __all__ = [
     "CollapsedState",
     "StepData",
     "Context",
     "step_data",
+    "context",
     "init_state",
+    "collapse",
     "restaurant",
     "remove_transition",
     "add_transition",
@@ -101,8 +106,19 @@ def step_data(x, valid, lengths, pre) -> StepData:
     ``lengths (N,)`` (``pre``: the strategy's precomputation on the flattened ``x``)."""
     num_seq, num_steps = valid.shape
     layout = step_layout(num_seq, num_steps, lengths)
-    flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), x)
-    return StepData(flat, valid.reshape(-1) & layout.in_range, layout.in_range, layout.is_first, layout.has_next, pre)
+    return StepData(flatten_time(x), valid.reshape(-1) & layout.in_range, layout.in_range, layout.is_first, layout.has_next, pre)
+
+
+def context(x, valid, lengths, statistics, params, hyper, dtype) -> Context:
+    """The :class:`Context` of observations ``x (N, T, ...)`` (``valid (N, T)``, ``lengths (N,)``)
+    at the concentrations ``hyper`` (:class:`~numpyro_hdphmm._core.crp.Concentrations` or a
+    ``(gamma, alpha, kappa)`` tuple), with the strategy's precomputation at the emission
+    parameters ``params`` and the Stirling ratio table covering all ``N T`` customers."""
+    steps = valid.size
+    pre = statistics.precompute(flatten_time(x), params, dtype)
+    log_ratios = hcrp.stirling_log_ratios(steps, hcrp.table_capacity(steps), dtype)
+    return Context(step_data(x, valid, lengths, pre), Concentrations(*(jnp.asarray(v, dtype) for v in hyper)),
+                   log_ratios)
 
 
 def init_state(states, seating: hcrp.Seating, est, in_range) -> CollapsedState:
@@ -111,6 +127,35 @@ def init_state(states, seating: hcrp.Seating, est, in_range) -> CollapsedState:
     labels = jnp.where(in_range, states.reshape(-1), 0).astype(jnp.int32)
     occupancy = jnp.zeros(capacity, jnp.int32).at[labels].add(in_range.astype(jnp.int32))
     return CollapsedState(labels, seating, occupancy, est)
+
+
+def collapse(rng_key, states, beta, params, ctx: Context, statistics, lengths) -> CollapsedState:
+    r"""The collapsed state of explicit ``states (N, T)`` and weights ``beta (K+1,)``: the tables
+    and override tables drawn from their conditional given the states and ``beta`` with the rows
+    integrated out (:func:`~numpyro_hdphmm._core.crp.sample_table_counts`: Antoniak counts with
+    concentrations ``alpha beta_k + kappa [j = k]``, overrides ``Binomial(m_jj, kappa / (alpha
+    beta_j + kappa))``, Fox et al. Alg. 1 step 3) and the emission statistics of the states
+    (``statistics.init`` at the parameters ``params``: a DP mixture's component indicators are
+    drawn from them).
+
+    If ``(states, beta)`` is a draw of the posterior, the tables are a draw of ``p(m, w | z,
+    beta)``, so ``(states, m, w)`` with ``beta`` forgotten is a draw of the collapsed posterior
+    ``p(z, m, w | y)`` the moves of this module leave invariant; ``beta | m, w ~ Dir(mbar_.1, ...,
+    mbar_.K, gamma)`` (:func:`~numpyro_hdphmm._core.crp.sample_beta`) afterwards gives back a
+    draw of ``p(z, beta | y)`` (the direct-assignment sampler's split-merge moves,
+    :func:`~numpyro_hdphmm.infer.split_merge.split_merge_given_beta`).  Any seating of positive
+    probability is also a valid start for the restricted collapsed draw."""
+    capacity = beta.shape[0] - 1
+    dtype = ctx.log_ratios.dtype
+    k_tables, k_est = random.split(rng_key)
+    states = jnp.asarray(states, jnp.int32)
+    n, first = crp.transition_counts(states, capacity, lengths)
+    tables = crp.sample_table_counts(k_tables, n, first, jnp.asarray(beta, dtype), ctx.hyper.alpha, ctx.hyper.kappa,
+                                     states.size)
+    seating = hcrp.seating_from_tables(n, first, tables)
+    labels = jnp.where(ctx.data.in_range, states.reshape(-1), 0)
+    est = statistics.init(k_est, ctx.data.x, ctx.data.observed, labels, params, dtype)
+    return init_state(states, seating, est, ctx.data.in_range)
 
 
 # ---------------------------------------------------------------------------- customers

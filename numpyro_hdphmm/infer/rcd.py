@@ -79,6 +79,7 @@ from numpyro_hdphmm.infer import franchise
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
+from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_sweep
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["RCDSampler", "RCD", "RCDState", "RCDInfo", "MODES", "SweepResult", "single_step_sweep", "block_sweep",
@@ -516,9 +517,7 @@ class RCD(Algorithm):
             raise ValueError(f"`mode` must be one of {MODES}, got {mode!r}.")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"`block_size` must be an integer >= 1, got {block_size!r}.")
-        if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
-            raise ValueError(f"`split_merge` must be an integer >= 0 (moves per sweep), got {split_merge!r}.")
-        self.mode, self.block_size, self.split_merge = mode, block_size, split_merge
+        self.mode, self.block_size, self.split_merge = mode, block_size, check_split_merge(split_merge)
 
     def check(self, spec: ModelSpec) -> None:
         if spec.beta_prior != "gem":
@@ -537,34 +536,20 @@ class RCD(Algorithm):
         return jnp.result_type(view.hyper.alpha, float)
 
     def _context(self, view: ModelView, statistics, params, hyper) -> Context:
-        dtype = self._dtype(view)
         data = view.data
-        steps = data.valid.size
-        pre = statistics.precompute(flatten_time(data.x), params, dtype)
-        step_data = franchise.step_data(data.x, data.valid, data.lengths, pre)
-        log_ratios = hcrp.stirling_log_ratios(steps, hcrp.table_capacity(steps), dtype)
-        return Context(step_data, crp.Concentrations(*(jnp.asarray(v, dtype) for v in hyper)), log_ratios)
+        return franchise.context(data.x, data.valid, data.lengths, statistics, params, hyper, self._dtype(view))
 
     # ---------------------------------------------------------------- contract
     def init(self, rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> RCDState:
         """The seating of the starting states: tables drawn given the starting ``beta``
         (:func:`~numpyro_hdphmm._core.crp.sample_table_counts`; any seating of positive
         probability is a valid start), the emission statistics of the starting states."""
-        capacity = spec.capacity
         dtype = self._dtype(view)
-        data = view.data
-        k_tables, k_est = random.split(rng_key)
         statistics = self._statistics(spec, view)
         hyper = crp.Concentrations(*(jnp.asarray(v, dtype) for v in view.hyper))
-        states = jnp.asarray(start.states, jnp.int32)
-        n, first = crp.transition_counts(states, capacity, data.lengths)
-        tables = crp.sample_table_counts(k_tables, n, first, jnp.asarray(start.beta, dtype), hyper.alpha, hyper.kappa,
-                                         data.valid.size)
-        seating = hcrp.seating_from_tables(n, first, tables)
         ctx = self._context(view, statistics, start.params, hyper)
-        labels = jnp.where(ctx.data.in_range, states.reshape(-1), 0)
-        est = statistics.init(k_est, ctx.data.x, ctx.data.observed, labels, start.params, dtype)
-        collapsed = franchise.init_state(states, seating, est, ctx.data.in_range)
+        collapsed = franchise.collapse(rng_key, start.states, start.beta, start.params, ctx, statistics,
+                                       view.data.lengths)
         sigma = view.emission.dp_concentration
         return RCDState(collapsed, dict(start.params), hyper, sigma, dict(start.hyper))
 
@@ -588,8 +573,6 @@ class RCD(Algorithm):
         collapsed, overflow = sweep.state, sweep.overflow
         split_merge_accept = jnp.full((), jnp.nan, dtype)
         if self.split_merge:
-            from numpyro_hdphmm.infer.split_merge import split_merge_sweep
-
             moves = split_merge_sweep(k_split, collapsed, ctx, statistics, self.split_merge)
             collapsed, overflow = moves.state, overflow | moves.overflow
             split_merge_accept = moves.accepted.astype(dtype) / self.split_merge

@@ -26,28 +26,44 @@ restricted collapsed draw (Alg. 1) of all the steps of two states at once.
    (:meth:`~numpyro_hdphmm.emissions.collapsed.CollapsedStatistics.log_predictive_bound`), so
    the ratio can only fall (early rejection, Alg. 10; the decision is the same as without it).
 
-The move is the same for the restricted collapsed draw and for the direct-assignment sampler,
-which draws the table counts given ``beta`` first (:func:`~numpyro_hdphmm._core.crp.sample_table_counts`:
-with ``beta`` integrated out the tables and states are then a draw of this state) and ``beta``
-given the tables after.
+The move is the same for the restricted collapsed draw and for the direct-assignment sampler
+(:func:`split_merge_given_beta`), whose state keeps ``beta`` explicit.  Its moves run on the
+collapsed state by data augmentation: with ``pi(z, m, w, beta)`` the joint posterior of the
+states, tables, override tables and weights (rows and emission parameters integrated out),
+
+1. ``(m, w) ~ pi(m, w | z, beta)`` (:func:`~numpyro_hdphmm.infer.franchise.collapse`: Antoniak
+   counts, a Gibbs step of ``pi``); forgetting ``beta``, ``(z, m, w)`` is a draw of the marginal
+   ``pi(z, m, w) = int pi(z, m, w, beta) dbeta``, the franchise's seating probability (RCD paper
+   eqs. 18-20; ``int prod_k beta_k^{mbar_.k} GEM(dbeta; gamma)`` is the top-level CRP);
+2. the moves above, which leave ``pi(z, m, w)`` invariant;
+3. ``beta ~ pi(beta | m, w) = Dir(mbar_.1, ..., mbar_.K, gamma)`` (free slots 0).
+
+The composition leaves ``pi(z, m, w, beta)`` invariant (step 2-3 maps any draw of ``pi(z, m, w)``
+to one of ``pi(z, m, w, beta)`` whatever ``beta`` was), so no term of the move's acceptance
+ratio changes: the split's new state gets its weight from step 3, not from a proposal.
+Emission parameters the sampler carries (a DP mixture's, whose component indicators are drawn
+from them in step 1; a custom emission's, which are never collapsed) are drawn from their
+conditional given the moved state after step 3 (``statistics.draw_parameters``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax, random
 
-from numpyro_hdphmm._core import hcrp
+from numpyro_hdphmm._core import crp, hcrp
 from numpyro_hdphmm._core import random as draws
+from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer import franchise
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
 
 __all__ = ["SplitMergeResult", "Fragments", "fragments", "restricted_ffbs", "split_merge_move", "split_merge_sweep",
-           "settle"]
+           "settle", "ExplicitSplitMerge", "split_merge_given_beta", "SPLIT_MERGE_STREAM", "check_split_merge",
+           "collapsed_statistics"]
 
 
 class SplitMergeResult(NamedTuple):
@@ -268,3 +284,58 @@ def split_merge_sweep(rng_key, state: CollapsedState, ctx: Context, statistics, 
 
     state, accepted, overflow = lax.fori_loop(0, num_moves, body, (state, jnp.zeros((), jnp.int32), jnp.zeros((), bool)))
     return SplitMergeResult(state, accepted, overflow)
+
+
+#: ``random.fold_in(key, SPLIT_MERGE_STREAM)``: the moves' key in a sweep whose other keys come
+#: from ``random.split(key, n)`` (the sweep's other draws are the same with and without moves)
+SPLIT_MERGE_STREAM = 0x5317
+
+
+def check_split_merge(split_merge) -> int:
+    """``split_merge`` validated: an integer ``>= 0`` (moves per sweep)."""
+    if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
+        raise ValueError(f"`split_merge` must be an integer >= 0 (moves per sweep), got {split_merge!r}.")
+    return split_merge
+
+
+def collapsed_statistics(view, capacity: int, kernel: str):
+    """The emission family's collapsed strategy for the moves (the parameters are integrated
+    out in the moves), or a ``NotImplementedError`` naming the kernel."""
+    try:
+        return view.emission.collapsed_statistics(capacity)
+    except NotImplementedError as err:
+        raise NotImplementedError(f"{kernel}(split_merge=n) integrates the emission parameters out in its moves: "
+                                  f"{err} Use split_merge=0.") from err
+
+
+class ExplicitSplitMerge(NamedTuple):
+    """Result of :func:`split_merge_given_beta`: ``states (N, T)``, ``beta (K+1,)``, the
+    emission parameters ``params``, the number of ``accepted`` moves and ``overflow``."""
+
+    states: jax.Array
+    beta: jax.Array
+    params: Any
+    accepted: jax.Array
+    overflow: jax.Array
+
+
+def split_merge_given_beta(rng_key, states, beta, params, data, hyper, emission, statistics,
+                           num_moves: int) -> ExplicitSplitMerge:
+    """``num_moves`` split-merge moves for a sampler that keeps ``beta`` explicit (the
+    direct-assignment sampler; module docstring, steps 1-3): the tables given ``states (N, T)``
+    and ``beta (K+1,)``, the moves on the collapsed state, ``beta`` given the tables, then the
+    emission parameters given the moved state.  ``data``: the view's data (``x``, ``valid``,
+    ``lengths``); ``hyper``: ``(gamma, alpha, kappa)``; ``emission`` the family and
+    ``statistics`` its collapsed strategy."""
+    dtype = jnp.result_type(beta.dtype, hyper[1], float)
+    capacity = beta.shape[0] - 1
+    k_collapse, k_moves, k_beta, k_params = random.split(rng_key, 4)
+    ctx = franchise.context(data.x, data.valid, data.lengths, statistics, params, hyper, dtype)
+    collapsed = franchise.collapse(k_collapse, states, beta, params, ctx, statistics, data.lengths)
+    moved = split_merge_sweep(k_moves, collapsed, ctx, statistics, num_moves)
+    collapsed = moved.state
+    new_beta = crp.sample_beta(k_beta, collapsed.seating.root, ctx.hyper.gamma, weak_limit=False).astype(beta.dtype)
+    new_states = jnp.where(ctx.data.in_range, collapsed.labels, 0).reshape(states.shape).astype(states.dtype)
+    weights = state_weights(collapsed.labels, ctx.data.observed, capacity, dtype)
+    new_params, _ = statistics.draw_parameters(k_params, collapsed.est, emission, ctx.data.x, weights, params)
+    return ExplicitSplitMerge(new_states, new_beta, new_params, moved.accepted, moved.overflow)

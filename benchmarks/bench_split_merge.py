@@ -1,0 +1,124 @@
+"""Split-merge moves: issue 16's direct-assignment target, with and without the moves.
+
+The README's model (Fox et al.'s experiment A, ``T = 1000``, Gaussian NIW emissions, Gamma
+priors on gamma, alpha, kappa, ``max_states = 20``) with ``DirectAssignmentGibbs(model,
+split_merge=n)``, 2 vectorized chains x (300 warm-up + 300 draws), float32.  Reported per ``n``:
+the posterior mode of ``num_states`` (pooled draws), the median over the draws of the normalized
+Hamming distance to the true states (optimal relabelling), the split-merge acceptance rate, the
+wall time (compilation included) and the ESS of ``num_states``.  The target (issue 16): mode 3,
+median Hamming < 0.05.
+
+With ``--set-a``: PGAS synthetic set A (``benchmarks/bench_beam.py``'s set-up: T = 4000, 4
+states, 4 vectorized chains from 10 uniformly random labels, capacity 40) for ``BeamSampler``
+and ``DirectAssignmentGibbs`` with ``split_merge`` in ``--moves``, ``--sweeps`` sweeps.
+
+Usage: ``python benchmarks/bench_split_merge.py [--moves 0 5 20] [--seed 0] [--set-a --sweeps 300]``
+(run from the repository root or ``benchmarks/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def readme_model():
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
+        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
+        kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
+        hmm = nh.StickyHDPHMM(gamma=gamma, alpha=alpha, kappa=kappa,
+                              emission=nh.emissions.GaussianNIW.weakly_informative(y), max_states=20)
+        nh.sample("y", hmm, obs=y)
+
+    return model
+
+
+def run(num_moves: int, seed: int = 0, num_warmup: int = 300, num_samples: int = 300, num_chains: int = 2):
+    import arviz as az
+    import jax
+    from numpyro.infer import MCMC
+
+    import numpyro_hdphmm as nh
+
+    data = nh.datasets.fox_experiment_a(num_steps=1000)
+    y = data.observations
+    kernel = nh.infer.DirectAssignmentGibbs(readme_model(), split_merge=num_moves)
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method="vectorized", progress_bar=False)
+    t0 = time.perf_counter()
+    mcmc.run(jax.random.key(seed), y, extra_fields=("num_states", "split_merge_accept"))
+    seconds = time.perf_counter() - t0
+    states = np.asarray(mcmc.get_samples(group_by_chain=True)["y_states"])  # (C, S, T)
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    counts = np.asarray(extra["num_states"])
+    values, freq = np.unique(counts, return_counts=True)
+    hamming = nh.diagnostics.hamming_distance(states.reshape(-1, states.shape[-1]), data.states)
+    accept = np.asarray(extra["split_merge_accept"])
+    return {
+        "moves": num_moves,
+        "mode_states": int(values[np.argmax(freq)]),
+        "median_hamming": float(np.median(hamming)),
+        "last_hamming": [float(h) for h in hamming.reshape(num_chains, -1)[:, -1]],
+        "accept": float(np.nanmean(accept)) if num_moves else float("nan"),
+        "seconds": seconds,
+        "ess_states": float(az.ess(counts.astype(float))) if np.ptp(counts) > 0 else float("nan"),
+    }
+
+
+def set_a(kernels, moves, sweeps, seed=0):
+    """Set A rows (``bench_beam.set_a_run``) for each kernel and number of moves."""
+    import functools
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_beam import set_a_run
+
+    import numpyro_hdphmm as nh
+
+    print("| kernel | split_merge | sweeps to 4 large states (per chain) | Hamming after the last sweep "
+          "| final states (large) | s |")
+    print("|---|---:|---|---|---|---:|")
+    for name in kernels:
+        base = getattr(nh.infer, name)
+        for n in moves:
+            # set_a_run builds ``cls(model)`` and picks its starting values by the class name
+            cls = type(name, (base,), {"__init__": functools.partialmethod(base.__init__, split_merge=n)})
+            r = set_a_run(cls, 40, sweeps, seed=seed)
+            reach = ", ".join("-" if v is None else str(v) for v in r["reach_large"])
+            ham = ", ".join(f"{h:.3f}" for h in r["hamming"])
+            final = ", ".join(f"{a} ({b})" for a, b in zip(r["final_states"], r["final_large"]))
+            print(f"| {name} | {n} | {reach} | {ham} | {final} | {r['seconds']:.0f} |", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--moves", type=int, nargs="+", default=[0, 5, 20])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set-a", action="store_true")
+    parser.add_argument("--kernels", nargs="+", default=["BeamSampler", "DirectAssignmentGibbs"])
+    parser.add_argument("--sweeps", type=int, default=300)
+    args = parser.parse_args()
+    if args.set_a:
+        set_a(args.kernels, args.moves, args.sweeps, args.seed)
+        return
+    print("| split_merge | posterior mode of num_states | median Hamming | last-draw Hamming (per chain) "
+          "| split-merge acceptance | ESS(num_states) | s (incl. compile) |")
+    print("|---:|---:|---:|---|---:|---:|---:|")
+    for n in args.moves:
+        r = run(n, args.seed)
+        print(f"| {n} | {r['mode_states']} | {r['median_hamming']:.3f} | "
+              f"{', '.join(f'{h:.3f}' for h in r['last_hamming'])} | {r['accept']:.2e} | {r['ess_states']:.1f} "
+              f"| {r['seconds']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -113,6 +113,7 @@ def test_init_to_value_is_honoured():
     WeakLimitGibbs(model, init_strategy=init_to_median(num_samples=5))  # accepted
 
 
+@pytest.mark.slow  # the data start is exercised by every default-suite kernel test
 def test_several_sequences_with_lengths_and_missing_steps():
     """Two padded sequences (lengths 200 and 130) with missing steps: the clustered start holds
     both regimes on the observed steps of both sequences."""
@@ -136,6 +137,7 @@ def custom_model(y):
     nh.sample("y", hmm, obs=y)
 
 
+@pytest.mark.slow  # the data start is exercised by every default-suite kernel test
 def test_custom_emission_states_from_clusters():
     """A custom (non-conjugate) emission: the starting states are the clusters of the windowed
     observations (both regimes), the user's parameter site starts as the inner kernel

@@ -26,8 +26,6 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
-import numpyro.distributions as dist
 from scipy.optimize import linear_sum_assignment
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -64,12 +62,10 @@ def run_chains(kernel, y_args, num_chains, sweeps, seed=0, record=lambda s: s.z)
 
 
 def regimes_model(y):
-    gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
-    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
-    kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
-    hmm = nh.StickyHDPHMM(gamma=gamma, alpha=alpha, kappa=kappa,
-                          emission=nh.emissions.GaussianNIW.weakly_informative(y), max_states=20)
-    nh.sample("y", hmm, obs=y)
+    """The README's model (bench_split_merge.readme_model)."""
+    import bench_split_merge
+
+    return bench_split_merge.readme_model()(y)
 
 
 def case_regimes(sweeps=50, num_chains=3, strategies=("data", "prior")):

@@ -39,7 +39,7 @@ def add_to_row(stats, k, delta, sign):
 
     def one(s, d):
         row = lax.dynamic_index_in_dim(s, k, keepdims=True)
-        return lax.dynamic_update_index_in_dim(s, row + sign * d.astype(s.dtype), k, 0)
+        return lax.dynamic_update_index_in_dim(s, (row + sign * d.astype(s.dtype)).astype(s.dtype), k, 0)
 
     return jax.tree_util.tree_map(one, stats, delta)
 

@@ -201,3 +201,14 @@ def test_weakly_informative(family):
     x, valid = fam.prepare(y)
     stats = fam.sufficient_statistics(x, valid[:, None].astype(float))
     assert np.isfinite(float(fam.log_marginal_likelihood(stats)[0]))
+
+
+def test_add_to_row_keeps_float32_statistics_under_x64():
+    """float32 statistics (float32 observations) updated with a float64 weight keep their dtype
+    (DirectAssignmentGibbs on float32 data under x64 failed in dynamic_update_slice)."""
+    from numpyro_hdphmm.emissions.collapsed import add_to_row
+
+    stats = {"n": jnp.zeros((3, 2), jnp.float32)}
+    out = add_to_row(stats, jnp.asarray(1), {"n": jnp.ones((1, 2), jnp.float32)}, jnp.asarray(1.0, jnp.float64))
+    assert out["n"].dtype == jnp.float32
+    np.testing.assert_array_equal(out["n"], [[0, 0], [1, 1], [0, 0]])

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any, ClassVar, Dict, NamedTuple, Optional, Tuple
+from typing import Any, ClassVar, Dict, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp

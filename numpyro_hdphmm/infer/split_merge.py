@@ -171,7 +171,6 @@ def split_merge_move(rng_key, state: CollapsedState, ctx: Context, statistics):
     """One split-merge move (module docstring).  Returns ``(state, accepted, overflow)``."""
     data = ctx.data
     steps = data.in_range.shape[0]
-    capacity = state.occupancy.shape[0]
     dtype = ctx.log_ratios.dtype
     k_pick, k_frag, k_rem, k_add, k_back, k_slot, k_thr = random.split(rng_key, 7)
     u_rem = random.uniform(k_rem, (steps, 2), dtype)

@@ -31,7 +31,7 @@ The algorithm's state is :class:`~numpyro_hdphmm.infer.base.Explicit` (every sit
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp

@@ -15,8 +15,16 @@ once), so on CPU this measures the *overhead* of sharding (the shard_map, the pa
 reductions), never the speed-up real devices give.  Usage:
 
     python benchmarks/bench_scaling.py [--devices 1 2 4] [--sequences 64] [--steps 200] [--write]
+    python benchmarks/bench_scaling.py --chains 1 10 100 200 [--write]
 
 ``--write`` replaces the table between the ``scaling-table`` markers of ``docs/scaling.md``.
+
+``--chains C ...``: memory per chain of ``MCMC(..., num_chains=C, chain_method="vectorized")`` for
+the README's model (Fox et al.'s experiment A, T = 1000, L = 20, GaussianNIW, Gamma priors on
+gamma/alpha/kappa): XLA's memory analysis of the compiled vectorized sweep (arguments: the carried
+state of every chain and the data; temporaries: the sweep's working memory) for each ``C``, and
+the per-chain cost as the slope between the smallest and the largest ``C``; ``--write`` puts the
+table between the ``chains-table`` markers.  One sweep at the largest ``C`` is also timed.
 """
 
 from __future__ import annotations
@@ -68,6 +76,74 @@ print("RESULT " + json.dumps(rows))
 """
 
 
+CHAINS_WORKER = r"""
+import json, sys, time
+import jax, numpy as np, numpyro, numpyro.distributions as dist
+import numpyro_hdphmm as nh
+from numpyro_hdphmm.infer import WeakLimitGibbs
+
+y = nh.datasets.fox_experiment_a(num_steps=1000).observations
+
+def model(y):
+    gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
+    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
+    kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
+    hmm = nh.StickyHDPHMM(gamma=gamma, alpha=alpha, kappa=kappa,
+                          emission=nh.emissions.GaussianNIW.weakly_informative(y), max_states=20)
+    nh.sample("y", hmm, obs=y)
+
+rows = {"device_kind": jax.devices()[0].device_kind, "dtype": str(jax.numpy.result_type(float))}
+for C in (int(a) for a in sys.argv[1:]):
+    kernel = WeakLimitGibbs(model)
+    keys = jax.random.split(jax.random.key(0), C)
+    state = kernel.init(keys, 0, None, (y,), {})
+    start = time.perf_counter()
+    compiled = jax.jit(lambda s: kernel.sample(s, (y,), {})).lower(state).compile()
+    compile_s = time.perf_counter() - start
+    mem = compiled.memory_analysis()
+    state = jax.block_until_ready(compiled(state))
+    start = time.perf_counter()
+    state = jax.block_until_ready(compiled(state))
+    rows[C] = {"argument": mem.argument_size_in_bytes, "output": mem.output_size_in_bytes,
+               "temp": mem.temp_size_in_bytes, "compile_s": compile_s, "sweep_s": time.perf_counter() - start}
+    print(json.dumps({C: rows[C]}), file=sys.stderr, flush=True)
+print("RESULT " + json.dumps(rows))
+"""
+
+
+def measure_chains(chains) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", CHAINS_WORKER, *map(str, chains)], capture_output=True, text=True,
+                         env=env, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def chains_table(results, chains) -> str:
+    mib = lambda b: f"{b / 2 ** 20:.2f} MiB"
+    lo, hi = str(min(chains)), str(max(chains))
+    per = {k: (results[hi][k] - results[lo][k]) / (int(hi) - int(lo)) for k in ("argument", "temp")}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = [
+        f"README model (Fox A, T = 1000, L = 20, GaussianNIW), `WeakLimitGibbs`, `chain_method=\"vectorized\"`, "
+        f"{results['dtype']}, {results['device_kind']} ({os.cpu_count()} cores, load average {load:.1f}); XLA's "
+        f"memory analysis of the compiled sweep of C chains: arguments (every chain's carried state and the data) "
+        f"and temporaries (the sweep's working memory).  Per chain: the slope between C = {lo} and C = {hi}: "
+        f"**{mib(per['argument'])} state + {mib(per['temp'])} temporaries**.",
+        "",
+        "| chains C | arguments | temporaries | total per chain | one sweep | compile s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in chains:
+        r = results[str(c)]
+        lines.append(f"| {c} | {mib(r['argument'])} | {mib(r['temp'])} | {mib((r['argument'] + r['temp']) / c)} | "
+                     f"{r['sweep_s'] * 1e3:.0f} ms | {r['compile_s']:.1f} |")
+    return "\n".join(lines)
+
+
 def measure(devices: int, sequences: int, steps: int, states: int, sweeps: int, repeats: int) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
            "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -103,12 +179,12 @@ def table(results, args) -> str:
     return "\n".join(lines)
 
 
-def write_table(text: str) -> str:
-    """Replace the table between the ``scaling-table`` markers of ``docs/scaling.md``."""
+def write_table(text: str, marker: str = "scaling-table") -> str:
+    """Replace the table between the ``marker`` markers of ``docs/scaling.md``."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "scaling.md")
     body = open(path).read()
-    block = f"<!-- scaling-table -->\n{text}\n<!-- /scaling-table -->"
-    body = re.sub(r"<!-- scaling-table -->.*?<!-- /scaling-table -->", lambda _: block, body, flags=re.S)
+    block = f"<!-- {marker} -->\n{text}\n<!-- /{marker} -->"
+    body = re.sub(rf"<!-- {marker} -->.*?<!-- /{marker} -->", lambda _: block, body, flags=re.S)
     with open(path, "w") as fh:
         fh.write(body)
     return path
@@ -122,8 +198,15 @@ def main():
     parser.add_argument("--states", type=int, default=10)
     parser.add_argument("--sweeps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chains", type=int, nargs="+", help="memory per vectorized chain instead (README model)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    if args.chains:
+        text = chains_table(measure_chains(args.chains), sorted(args.chains))
+        print(text)
+        if args.write:
+            print(f"wrote {write_table(text, 'chains-table')}")
+        return
     results = []
     for d in args.devices:
         results.append(measure(d, args.sequences, args.steps, args.states, args.sweeps, args.repeats))

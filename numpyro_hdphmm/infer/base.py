@@ -76,6 +76,7 @@ from numpyro_hdphmm.infer.discovery import (
 )
 from numpyro_hdphmm.distributions import WeakLimitBeta
 from numpyro_hdphmm.infer import initialization
+from numpyro_hdphmm.infer.sharding import SequenceSharding
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["Explicit", "Algorithm", "HDPState", "HDPKernel", "flatten_time", "collapse_rows", "LARGE_CAPACITY"]
@@ -241,6 +242,9 @@ class Algorithm:
     owns_dp_concentration: ClassVar[bool] = True
     Info: ClassVar[type] = NamedTuple
     describe: ClassVar[Dict[str, str]] = {}
+    #: where the sweep's sequences and vectorized chains run (:mod:`numpyro_hdphmm.infer.sharding`);
+    #: the kernels vmap over chains with ``spmd_axis_name=sharding.spmd_axis_name``
+    sharding: SequenceSharding = SequenceSharding()
 
     def transform_model(self, model):
         """The model as the algorithm samples it (the weak limit replaces the ``GEM`` prior)."""
@@ -653,6 +657,8 @@ class HDPKernel(MCMCKernel):
             self._inner_spec = spec
             self._programs = {}
         vectorized = not is_prng_key(rng_key)  # vectorized chains: a batch of keys
+        if vectorized:
+            self.algorithm.sharding.check_chains(int(np.shape(rng_key)[0]))
         self._config = (spec, int(num_warmup), vectorized)
         self._sample_fn = self._sweep
         args = _Arguments.split(model_args, model_kwargs)
@@ -664,7 +670,12 @@ class HDPKernel(MCMCKernel):
         init_one = lambda key, params: self._init_one(key, num_warmup, params, model_args, model_kwargs)
         # one program, also for vectorized chains: run eagerly, every (batched) operation would be
         # compiled on its own (hundreds of small compilations)
-        return jax.jit(jax.vmap(init_one) if vectorized else init_one)(rng_key, init_params)
+        return jax.jit(self._vmap_chains(init_one) if vectorized else init_one)(rng_key, init_params)
+
+    def _vmap_chains(self, fn, in_axes=0):
+        """``jax.vmap`` over vectorized chains; with a chain axis on the kernel's mesh the chains are
+        split over it (``spmd_axis_name``, :mod:`numpyro_hdphmm.infer.sharding`)."""
+        return jax.vmap(fn, in_axes=in_axes, spmd_axis_name=self.algorithm.sharding.spmd_axis_name)
 
     def _program(self, which: str, args: _Arguments):
         """The compiled ``init`` (``(rng_key, init_params, arrays) -> HDPState``) or ``sample``
@@ -686,7 +697,7 @@ class HDPKernel(MCMCKernel):
                     model_args, model_kwargs = args.join(arrays)
                     return self._sample_one(state, model_args, model_kwargs)
             if vectorized:
-                program = jax.vmap(program, in_axes=(0, 0, None) if which == "init" else (0, None))
+                program = self._vmap_chains(program, in_axes=(0, 0, None) if which == "init" else (0, None))
             program = self._programs[key] = jax.jit(program)
         return program
 
@@ -694,7 +705,7 @@ class HDPKernel(MCMCKernel):
         """One sweep of every chain (compiled once per configuration, :meth:`_program`)."""
         args = _Arguments.split(model_args, model_kwargs)
         if args.key is None or args.key == self._constant_args:  # arguments compiled in as constants
-            sweep = jax.vmap(self._sample_one, in_axes=(0, None, None)) if self._config[2] else self._sample_one
+            sweep = self._vmap_chains(self._sample_one, in_axes=(0, None, None)) if self._config[2] else self._sample_one
             return sweep(state, model_args, model_kwargs)
         return self._program("sample", args)(state, args.arrays)
 

@@ -281,7 +281,11 @@ class BeamSampler(HDPKernel):
         unsharded): each device computes the log-likelihoods and the slice FFBS of its block of
         sequences, the rest of the sweep is global (:mod:`numpyro_hdphmm.infer.sharding`,
         ``docs/scaling.md``); the draws are those of the unsharded kernel for the same key.
-    :param sequence_axes: the mesh axes the sequences are split over (default: all of them).
+    :param sequence_axes: the mesh axes the sequences are split over (default: all of them but
+        ``chain_axis``).
+    :param chain_axis: a mesh axis to split vectorized chains over (``MCMC(..., num_chains=C,
+        chain_method="vectorized")``, ``C`` a multiple of its size): chains x sequences on one mesh
+        (``docs/scaling.md``).  Default: none (each device runs its sequences of every chain).
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
         init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
@@ -290,8 +294,8 @@ class BeamSampler(HDPKernel):
 
     algorithm = Beam()
 
-    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, **kwargs):
-        sharding = SequenceSharding.from_arguments(mesh, sequence_axes)
+    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, chain_axis=None, **kwargs):
+        sharding = SequenceSharding.from_arguments(mesh, sequence_axes, chain_axis)
         algorithm = Beam(split_merge, sharding)
         super().__init__(model, **kwargs)
         self.algorithm = algorithm

@@ -20,7 +20,9 @@ One update (Alg. 1, one minibatch ``B`` of ``M`` whole sequences, all in one jit
    emission's posterior predictive given the expected statistics (eq. 10,
    :meth:`~numpyro_hdphmm.emissions.EmissionFamily.predictive_log_likelihoods`);
 2. ``q(z^n)`` for every ``n`` in ``B``: forward-backward under the surrogate, the sequence's own
-   counts **not** subtracted (the zeroth-order update of Sec. 2.2; :func:`numpyro_hdphmm._core.cvi.expected_counts`);
+   counts **not** subtracted (the zeroth-order update of Sec. 2.2; :func:`numpyro_hdphmm._core.cvi.expected_counts`),
+   the minibatch's sequences split over the devices of ``mesh`` (:func:`numpyro_hdphmm.infer.sharding.map_sequences`;
+   the sums over sequences of steps 3-4 are reduced over the devices);
 3. Robbins-Monro: ``E[C] <- (1 - rho_n) E[C] + rho_n (N / M) sum_B E[C^n]``, likewise ``E[t]``
    (eqs. 11-12, minibatch form), ``rho_n = (tau + n)^-kappa``;
 4. HDP-HMM, after every large batch of ``hdp_batch_size`` sequences: the expected table counts of
@@ -71,6 +73,7 @@ from numpyro_hdphmm._core.random import beta as draw_beta
 from numpyro_hdphmm._core.random import dirichlet, gamma as draw_gamma
 from numpyro_hdphmm.infer.base import flatten_time
 from numpyro_hdphmm.infer.discovery import ModelSpec, SequenceData, discover, model_view
+from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_mesh
 from numpyro_hdphmm.posterior import as_sequences
 
 __all__ = [
@@ -239,14 +242,33 @@ class Minibatch(NamedTuple):
     scale: Any
 
 
-def _local_step(log_trans, group: Minibatch, state: CollapsedSVIState, emission, config: SCVIConfig):
-    """Steps 1-2 on one group: its statistics scaled to the data set, as a dict of sums."""
+def _local_rows(emission, config: SCVIConfig, dtype):
+    """The per-sequence half of step 2 for :func:`~numpyro_hdphmm.infer.sharding.map_sequences`:
+    ``((x (n, T, ...), valid (n, T), lengths (n,)), (log theta_hat (K+1, K), E[t])) ->``
+    :class:`~numpyro_hdphmm._core.cvi.ExpectedCounts` of the ``n`` sequences (the ``(n, T, K)``
+    emission terms of eq. 10 and the forward-backward under the surrogate HMM)."""
+
+    def local(rows, shared):
+        x, valid, lengths = rows
+        log_trans, stats = shared
+        log_lik = _emission_terms(emission, x, stats, config, valid.shape).astype(dtype)
+        return cvi.expected_counts(log_trans, log_lik, valid, lengths, pair_statistics=config.hdp)
+
+    return local
+
+
+def _local_step(log_trans, group: Minibatch, state: CollapsedSVIState, emission, config: SCVIConfig,
+                sharding: Optional[SequenceSharding] = None):
+    """Steps 1-2 on one group: its statistics scaled to the data set, as a dict of sums.  The
+    forward-backward of the group's sequences runs on the devices of ``sharding`` (each its block
+    of sequences, padded when their number does not divide ``M``); the sums over sequences are on
+    the global arrays (reduced over the devices by XLA's partitioner)."""
     data, scale = group
     K = config.num_states
     M, T = data.valid.shape
     dtype = state.transition_counts.dtype
-    log_lik = _emission_terms(emission, data.x, state.emission_stats, config, (M, T)).astype(dtype)
-    local = cvi.expected_counts(log_trans, log_lik, data.valid, data.lengths, pair_statistics=config.hdp)
+    local = map_sequences(_local_rows(emission, config, dtype), (data.x, data.valid, data.lengths),
+                          (log_trans, state.emission_stats), sharding)
     weights = (local.marginals * data.valid[..., None]).reshape(M * T, K)
     out = {"stats": _scale_tree(emission.sufficient_statistics(flatten_time(data.x), weights), scale),
            "counts": scale * jnp.sum(local.transition_counts, 0),
@@ -257,8 +279,12 @@ def _local_step(log_trans, group: Minibatch, state: CollapsedSVIState, emission,
     return out
 
 
-def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig):
+def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig,
+                sharding: Optional[SequenceSharding] = None):
     r"""One stochastic update on a minibatch: ``(state, loss)``.
+
+    ``sharding`` (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`, default unsharded):
+    where the per-sequence forward-backward of step 2 runs; the rest is global.
 
     ``batch``: a :class:`Minibatch` or a tuple of them (the strata of a length-stratified minibatch:
     the sum of each stratum's statistics times ``N_b / M_b`` is an unbiased estimate of the data
@@ -273,7 +299,7 @@ def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig):
     dtype = state.transition_counts.dtype
     # 1.-2. surrogate HMM and q(z^n) for every sequence of the minibatch
     log_trans = _surrogate(state, config)
-    parts = [_local_step(log_trans, g, state, emission, config) for g in groups]
+    parts = [_local_step(log_trans, g, state, emission, config, sharding) for g in groups]
     total = jax.tree_util.tree_map(lambda *a: sum(a[1:], a[0]), *parts)
     # 3. Robbins-Monro (eqs. 11-12, minibatch form)
     rho = jnp.asarray(config.step_size(state.step), dtype)
@@ -445,14 +471,22 @@ class CollapsedSVI:
         :meth:`update`); default: the number of sequences given to :meth:`init`.
     :param max_strata: at most this many length strata in :meth:`run` (:func:`length_strata`; 1: every
         minibatch padded to the longest sequence).
-    :param shard: split each minibatch over the local devices (sequence axis) when there are
-        several and ``M`` is a multiple of their number; the counts are then all-reduced by XLA.
+    :param mesh: a :class:`jax.sharding.Mesh` to split each minibatch's sequences over (the
+        forward-backward of each sequence on its device, the expected statistics summed over the
+        devices, one global update; :mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``);
+        ``None``: unsharded; ``"auto"`` (default): every local device when there are several
+        (``sequence_mesh(jax.local_devices())``), unsharded otherwise.  ``M`` need not be a multiple
+        of the number of devices (the minibatch is padded inside the sharded step and the padding
+        dropped).  The updates are those of the unsharded fitter up to the order of floating-point
+        sums.
+    :param sequence_axes: the mesh axes the sequences are split over (default: all of them).
+    :param shard: deprecated: ``shard=False`` is ``mesh=None``, ``shard=True`` is ``mesh="auto"``.
     """
 
     def __init__(self, model, num_states: Optional[int] = None, batch_size: Optional[int] = None,
                  step_size=None, *, hdp: bool = True, collapsed: bool = True, transition_prior: float = 0.1,
                  hdp_batch_size: Optional[int] = None, num_sequences: Optional[int] = None, max_strata: int = 3,
-                 shard: bool = True):
+                 mesh: Any = "auto", sequence_axes=None, shard: Optional[bool] = None):
         if not callable(model):
             raise ValueError("`model` must be a NumPyro model (a callable).")
         self.model = model
@@ -462,7 +496,17 @@ class CollapsedSVI:
         self._num_sequences = self._check_int("num_sequences", num_sequences)
         self._max_strata = self._check_int("max_strata", max_strata)
         self._step_size = self._check_step_size(step_size)
-        self._hdp, self._collapsed, self._shard = bool(hdp), bool(collapsed), bool(shard)
+        self._hdp, self._collapsed = bool(hdp), bool(collapsed)
+        if shard is not None:
+            warnings.warn("CollapsedSVI(shard=...) is deprecated: pass mesh=None (unsharded) or mesh='auto' "
+                          "(every local device).", DeprecationWarning, stacklevel=2)
+            mesh = "auto" if shard else None
+        if isinstance(mesh, str) and mesh == "auto":
+            if sequence_axes is not None:
+                raise ValueError("`sequence_axes` needs an explicit `mesh` (not mesh='auto').")
+            local = jax.local_devices()
+            mesh = sequence_mesh(local) if len(local) > 1 else None
+        self.sharding = SequenceSharding.from_arguments(mesh, sequence_axes)
         if not self._collapsed and self._hdp:
             raise ValueError("`collapsed=False` (the uncollapsed SVI baseline) is for the finite HMM: pass hdp=False.")
         if not (isinstance(transition_prior, (int, float)) and math.isfinite(transition_prior) and transition_prior > 0):
@@ -638,16 +682,6 @@ class CollapsedSVI:
         return SequenceData(y=None, x=jax.tree_util.tree_map(lambda a: a[idx], data.x), valid=data.valid[idx],
                             lengths=data.lengths[idx])
 
-    def _constrain(self, batch: SequenceData) -> SequenceData:
-        """Shard the minibatch over the sequence axis when several devices exist."""
-        devices = jax.devices()
-        M = batch.valid.shape[0]
-        if not self._shard or len(devices) < 2 or M % len(devices):
-            return batch
-        mesh = jax.sharding.Mesh(np.array(devices), ("sequences",))
-        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("sequences"))
-        return jax.tree_util.tree_map(lambda a: lax.with_sharding_constraint(a, sharding), batch)
-
     def _require_init(self):
         if self._config is None:
             raise RuntimeError("CollapsedSVI: call init(...) (or run(...)) first.")
@@ -667,8 +701,9 @@ class CollapsedSVI:
             def step(state, emission, arrs):
                 a, kw = rebuild(arrs)
                 data = model_view(self.model, spec, a, kw, values).data
-                data = self._constrain(SequenceData(None, data.x, data.valid, data.lengths))
-                return scvi_update(state, Minibatch(data, state.num_sequences / data.lengths.shape[0]), emission, config)
+                data = SequenceData(None, data.x, data.valid, data.lengths)
+                return scvi_update(state, Minibatch(data, state.num_sequences / data.lengths.shape[0]), emission, config,
+                                   self.sharding)
 
             fn = jax.jit(step)
             if key is not None:
@@ -699,8 +734,8 @@ class CollapsedSVI:
                     perm = lax.cond(block == 0, lambda: order(state, b, epoch, n_b), lambda: perm)
                     data = self._gather(data, lax.dynamic_slice_in_dim(perm, block * m_b, m_b))
                 new_perms.append(perm)
-                groups.append(Minibatch(self._constrain(data), jnp.asarray(n_b / m_b, state.transition_counts.dtype)))
-            state, loss = scvi_update(state, tuple(groups), emission, config)
+                groups.append(Minibatch(data, jnp.asarray(n_b / m_b, state.transition_counts.dtype)))
+            state, loss = scvi_update(state, tuple(groups), emission, config, self.sharding)
             return (state, tuple(new_perms)), loss
 
         def first(state):

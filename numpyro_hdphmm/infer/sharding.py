@@ -22,11 +22,20 @@ device, on four, or on two processes; a sharded sweep then makes the same draws 
 unsharded one (up to the order of floating-point sums in the reductions, which can move the
 last bit of a statistic).
 
-**Meshes.**  ``mesh=None`` (the default everywhere) runs unsharded: today's single-program
-behaviour.  A :class:`jax.sharding.Mesh` whose ``sequence_axes`` (default: all of its axes) hold
-``D`` devices shards the sequences ``D`` ways; :func:`sequence_mesh` builds the usual one-axis
-mesh over all devices, including every process's devices after
-:func:`jax.distributed.initialize`.  ``docs/scaling.md`` has the recipes.
+**Meshes.**  ``mesh=None`` (the default of the MCMC kernels) runs unsharded: today's
+single-program behaviour.  A :class:`jax.sharding.Mesh` whose ``sequence_axes`` (default: all of
+its axes but the chain axis) hold ``D`` devices shards the sequences ``D`` ways;
+:func:`sequence_mesh` builds the usual one-axis mesh over all devices, including every process's
+devices after :func:`jax.distributed.initialize`.  ``docs/scaling.md`` has the recipes.
+
+**Chains x sequences.**  With ``chain_axis`` (a mesh axis not among the sequence axes) the
+vectorized chains of ``MCMC(..., chain_method="vectorized")`` are split over that axis too: the
+kernel ``vmap``\ s its sweep over chains with ``spmd_axis_name=chain_axis``
+(:attr:`SequenceSharding.spmd_axis_name`), and the batching rule of :func:`jax.shard_map` then
+maps the chain dimension of every per-chain input of :func:`map_sequences` over that axis, so a
+``(C_mesh, D)`` mesh runs ``C / C_mesh`` chains times ``N / D`` sequences per device.  Without a
+chain axis a vmapped :func:`map_sequences` is still correct, every device computing the blocks
+of its sequences for all chains.
 """
 
 from __future__ import annotations
@@ -53,35 +62,47 @@ def sequence_mesh(devices: Optional[Sequence[Any]] = None, axis_name: str = SEQU
 
 
 class SequenceSharding:
-    """Where the sequences of a kernel's sweep run: ``mesh`` (a :class:`jax.sharding.Mesh`, or
-    ``None`` for unsharded) and ``sequence_axes`` (names of the mesh axes the sequence axis is
-    split over; default all of them).  Immutable; built by the kernels from their ``mesh=`` and
-    ``sequence_axes=`` arguments (:meth:`from_arguments` validates them)."""
+    """Where the sequences (and the vectorized chains) of a sweep run: ``mesh`` (a
+    :class:`jax.sharding.Mesh`, or ``None`` for unsharded), ``axes`` (names of the mesh axes the
+    sequence axis is split over) and ``chain_axis`` (the mesh axis the vectorized chains are split
+    over, or ``None``).  Immutable; built by the kernels from their ``mesh=``, ``sequence_axes=``
+    and ``chain_axis=`` arguments (:meth:`from_arguments` validates them)."""
 
-    __slots__ = ("mesh", "axes")
+    __slots__ = ("mesh", "axes", "chain_axis")
 
-    def __init__(self, mesh: Optional[Mesh] = None, axes: Tuple[str, ...] = ()):
+    def __init__(self, mesh: Optional[Mesh] = None, axes: Tuple[str, ...] = (), chain_axis: Optional[str] = None):
         self.mesh = mesh
         self.axes = tuple(axes)
+        self.chain_axis = chain_axis
 
     @classmethod
-    def from_arguments(cls, mesh, sequence_axes: Union[None, str, Sequence[str]] = None) -> "SequenceSharding":
+    def from_arguments(cls, mesh, sequence_axes: Union[None, str, Sequence[str]] = None,
+                       chain_axis: Optional[str] = None) -> "SequenceSharding":
+        """Validate ``mesh`` (a :class:`jax.sharding.Mesh` or ``None``), ``sequence_axes`` (a name or
+        names of its axes; default: every axis but ``chain_axis``) and ``chain_axis`` (a name of one of
+        its axes, not a sequence axis; default none)."""
         if mesh is None:
             if sequence_axes is not None:
                 raise ValueError("`sequence_axes` needs a `mesh`.")
+            if chain_axis is not None:
+                raise ValueError("`chain_axis` needs a `mesh`.")
             return cls()
         if not isinstance(mesh, Mesh):
             raise ValueError(f"`mesh` must be a jax.sharding.Mesh (e.g. numpyro_hdphmm.infer.sequence_mesh()) or "
                              f"None, got {type(mesh).__name__}.")
+        if chain_axis is not None and (not isinstance(chain_axis, str) or chain_axis not in mesh.axis_names):
+            raise ValueError(f"`chain_axis` must name an axis of the mesh {tuple(mesh.axis_names)}, got {chain_axis!r}.")
         if sequence_axes is None:
-            axes = tuple(mesh.axis_names)
+            axes = tuple(a for a in mesh.axis_names if a != chain_axis)
         else:
             axes = (sequence_axes,) if isinstance(sequence_axes, str) else tuple(sequence_axes)
             unknown = [a for a in axes if a not in mesh.axis_names]
             if unknown or not axes:
                 raise ValueError(f"`sequence_axes` must name axes of the mesh {tuple(mesh.axis_names)}, got "
                                  f"{sequence_axes!r}.")
-        return cls(mesh, axes)
+            if chain_axis in axes:
+                raise ValueError(f"`chain_axis` {chain_axis!r} must not be one of the `sequence_axes` {axes}.")
+        return cls(mesh, axes, chain_axis)
 
     @property
     def num_shards(self) -> int:
@@ -90,10 +111,27 @@ class SequenceSharding:
             return 1
         return int(np.prod([self.mesh.shape[a] for a in self.axes]))
 
+    @property
+    def num_chain_shards(self) -> int:
+        """The number of blocks the vectorized chains are split into (1 without a chain axis)."""
+        return 1 if self.chain_axis is None else int(self.mesh.shape[self.chain_axis])
+
+    @property
+    def spmd_axis_name(self) -> Optional[str]:
+        """The ``spmd_axis_name`` of the kernels' ``jax.vmap`` over vectorized chains: the chain axis."""
+        return self.chain_axis
+
+    def check_chains(self, num_chains: int) -> None:
+        """``ValueError`` unless the chain axis's size divides ``num_chains`` (vectorized chains)."""
+        if num_chains % self.num_chain_shards:
+            raise ValueError(f"num_chains={num_chains} must be a multiple of the size "
+                             f"{self.num_chain_shards} of the mesh's chain axis {self.chain_axis!r}.")
+
     def __repr__(self):
         if self.mesh is None:
             return "SequenceSharding(unsharded)"
-        return f"SequenceSharding({self.num_shards} shards over {self.axes} of mesh {dict(self.mesh.shape)})"
+        chains = f", chains over {self.chain_axis!r}" if self.chain_axis is not None else ""
+        return f"SequenceSharding({self.num_shards} shards over {self.axes}{chains} of mesh {dict(self.mesh.shape)})"
 
 
 def sequence_keys(rng_key, num_sequences: int):
@@ -139,7 +177,7 @@ def map_sequences(fn: Callable, per_sequence, shared, sharding: Optional[Sequenc
         raise ValueError("every leaf of `per_sequence` must have the same leading (sequence) axis.")
     shards = sharding.num_shards
     padded = -(-num // shards) * shards
-    spec_rows = PartitionSpec(sharding.axes)
+    spec_rows = PartitionSpec(sharding.axes) if sharding.axes else PartitionSpec()
     rows_in = jax.tree_util.tree_map(lambda _: spec_rows, per_sequence)
     shared_in = jax.tree_util.tree_map(lambda _: PartitionSpec(), shared)
     out_shape = jax.eval_shape(fn, per_sequence, shared)

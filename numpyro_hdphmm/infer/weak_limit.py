@@ -176,7 +176,11 @@ class WeakLimitGibbs(HDPKernel):
         sequences; the statistics are reduced over the mesh and the global update is made once
         (:mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``).  Keys are per sequence, so the
         draws are those of the unsharded kernel for the same key.
-    :param sequence_axes: the mesh axes the sequences are split over (default: all of them).
+    :param sequence_axes: the mesh axes the sequences are split over (default: all of them but
+        ``chain_axis``).
+    :param chain_axis: a mesh axis to split vectorized chains over (``MCMC(..., num_chains=C,
+        chain_method="vectorized")``, ``C`` a multiple of its size): chains x sequences on one mesh
+        (``docs/scaling.md``).  Default: none (each device runs its sequences of every chain).
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
         init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
@@ -184,7 +188,7 @@ class WeakLimitGibbs(HDPKernel):
 
     algorithm = WeakLimit()
 
-    def __init__(self, model, *, mesh=None, sequence_axes=None, **kwargs):
-        sharding = SequenceSharding.from_arguments(mesh, sequence_axes)
+    def __init__(self, model, *, mesh=None, sequence_axes=None, chain_axis=None, **kwargs):
+        sharding = SequenceSharding.from_arguments(mesh, sequence_axes, chain_axis)
         super().__init__(model, **kwargs)
         self.algorithm = WeakLimit(sharding)

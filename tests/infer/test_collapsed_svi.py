@@ -539,38 +539,6 @@ def test_uncollapsed_baseline_and_gaussian_family(simulated):
     assert hamming_after_matching(z, np.asarray(svi.viterbi(fit.params, yg, lengths)), lengths) < 0.02
 
 
-@pytest.mark.slow
-def test_sharded_minibatches_match_unsharded():
-    """With two (forced host) devices each minibatch is sharded over the sequence axis; 10 SCVI-HDP
-    updates give the same statistics as unsharded (a subprocess: the device count is fixed at JAX
-    start-up)."""
-    import os
-    import subprocess
-    import sys
-
-    script = """
-import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-import jax
-jax.config.update("jax_enable_x64", True)
-import numpy as np
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import test_collapsed_svi as T
-assert len(jax.devices()) == 2
-(y, lengths, _, _) = T.simulate(np.random.default_rng(3), 60)
-out = []
-for shard in (True, False):
-    svi = T.CollapsedSVI(T.sim_model, num_states=3, batch_size=20, shard=shard, max_strata=1)
-    out.append(np.asarray(svi.run(jax.random.key(0), 10, y, lengths, progress_bar=False).params["transition_counts"]))
-print("DIFF", float(np.max(np.abs(out[0] - out[1]))))
-"""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
-    res = subprocess.run([sys.executable, "-c", script, __file__], capture_output=True, text=True, env=env, timeout=900)
-    assert res.returncode == 0, res.stderr[-2000:]
-    diff = float(res.stdout.split("DIFF")[-1])
-    assert diff < 1e-8, diff
-
-
 def test_length_strata_partition():
     """The length strata partition the sequences, each padded to a width that holds its members,
     with per-minibatch sizes ``M_b ~ M N_b / N`` (the weights ``N_b / M_b`` of the unbiased

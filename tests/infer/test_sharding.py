@@ -1,6 +1,7 @@
 """Sequences sharded over devices (numpyro_hdphmm.infer.sharding): the sharded kernels make the
-unsharded kernels' draws for the same key, on 4 simulated CPU devices and across 2 processes
-(jax.distributed with gloo CPU collectives).  Each run is a subprocess (tests/infer/sharding_worker.py),
+unsharded kernels' draws for the same key, on 4 simulated CPU devices (also with vectorized chains
+split over a second mesh axis) and across 2 processes (jax.distributed with gloo CPU collectives);
+CollapsedSVI's sharded updates are the unsharded ones.  Each run is a subprocess (tests/infer/sharding_worker.py),
 because the device count and the distributed runtime must be set before JAX starts."""
 
 import os
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm.infer import PGAS, BeamSampler, WeakLimitGibbs, sequence_mesh
+from numpyro_hdphmm.infer import PGAS, BeamSampler, CollapsedSVI, WeakLimitGibbs, sequence_mesh
 
 WORKER = Path(__file__).with_name("sharding_worker.py")
 SITES = ("y_states", "y_beta", "y_trans", "y_probs", "gamma", "alpha", "kappa")
@@ -43,7 +44,8 @@ def assert_same_draws(draws, run, reference="unsharded"):
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
     out = tmp_path_factory.mktemp("sharding") / "four.npz"
-    return run_worker(out, "--devices", "4", "--runs", "unsharded,mesh", "--check-padding")
+    return run_worker(out, "--devices", "4", "--runs", "unsharded,mesh,unsharded@2,chains2x2@2", "--check-padding",
+                      "--check-svi")
 
 
 def test_four_devices_make_the_unsharded_draws(four_devices):
@@ -63,6 +65,34 @@ def test_padding_rows_are_dropped(four_devices):
     for count in range(1, 5):
         np.testing.assert_array_equal(four_devices[f"padding{count}/a"], a)
         np.testing.assert_array_equal(four_devices[f"padding{count}/b"], b)
+
+
+def test_chains_and_sequences_on_one_mesh(four_devices):
+    """2 vectorized chains on a (2, 2) mesh ("chains", "sequences"), WeakLimitGibbs(mesh=...,
+    chain_axis="chains"): each device runs one chain's block of 32 sequences, and the draws are those
+    of the unsharded vectorized run for the same key."""
+    states = four_devices["unsharded@2/y_states"]
+    assert states.shape == (2 * 4, 64, 12)  # chains x samples, flattened
+    assert not np.array_equal(states[:4], states[4:])  # two different chains
+    assert_same_draws(four_devices, "chains2x2@2", reference="unsharded@2")
+
+
+def test_collapsed_svi_sharded_updates(four_devices):
+    """CollapsedSVI on 4 devices (mesh=sequence_mesh()): 4 run() updates with minibatches of 10
+    sequences (not a multiple of 4: padded inside the sharded step; two of them HDP updates), then
+    update() on all 64: the parameters and the ELBO estimates are the unsharded fitter's up to the
+    order of floating-point sums.  The default mesh="auto" takes the 4 devices."""
+    prefix = "svi/unsharded/"
+    keys = [k[len(prefix):] for k in four_devices if k.startswith(prefix) and not k.endswith("num_shards")]
+    assert "losses" in keys and "update/['transition_counts']" in keys and "counts" in keys
+    assert int(four_devices[prefix + "num_shards"]) == 1
+    assert np.all(np.isfinite(four_devices[prefix + "losses"]))
+    assert int(four_devices["svi/auto/num_shards"]) == 4
+    for run in ("mesh",):
+        assert int(four_devices[f"svi/{run}/num_shards"]) == 4
+        for k in keys:
+            np.testing.assert_allclose(four_devices[f"svi/{run}/{k}"], four_devices[prefix + k], rtol=1e-10,
+                                       atol=1e-10, err_msg=f"{run}: {k}")
 
 
 def free_port():
@@ -123,3 +153,20 @@ def test_mesh_arguments_are_validated():
         BeamSampler(model, sequence_axes="sequences")
     with pytest.raises(NotImplementedError, match="not data-parallel"):
         PGAS(model, mesh=mesh)
+    with pytest.raises(ValueError, match="`chain_axis` must name an axis of the mesh"):
+        WeakLimitGibbs(model, mesh=mesh, chain_axis="chains")
+    with pytest.raises(ValueError, match="`chain_axis` needs a `mesh`"):
+        WeakLimitGibbs(model, chain_axis="chains")
+    grid = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("chains", "sequences"))
+    sharding = BeamSampler(model, mesh=grid, chain_axis="chains").algorithm.sharding
+    assert (sharding.axes, sharding.chain_axis, sharding.num_chain_shards) == (("sequences",), "chains", 1)
+    with pytest.raises(ValueError, match="must not be one of the `sequence_axes`"):
+        WeakLimitGibbs(model, mesh=grid, sequence_axes=("chains", "sequences"), chain_axis="chains")
+    assert CollapsedSVI(model, mesh=mesh).sharding.num_shards == len(jax.devices())
+    assert CollapsedSVI(model, mesh=None).sharding.mesh is None
+    with pytest.raises(ValueError, match="`mesh` must be a jax.sharding.Mesh"):
+        CollapsedSVI(model, mesh="all")
+    with pytest.raises(ValueError, match="`sequence_axes` needs an explicit `mesh`"):
+        CollapsedSVI(model, sequence_axes="sequences")
+    with pytest.warns(DeprecationWarning, match="shard=.... is deprecated"):
+        assert CollapsedSVI(model, shard=False).sharding.mesh is None

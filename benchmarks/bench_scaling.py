@@ -78,22 +78,17 @@ print("RESULT " + json.dumps(rows))
 
 CHAINS_WORKER = r"""
 import json, sys, time
-import jax, numpy as np, numpyro, numpyro.distributions as dist
+import jax, numpy as np
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import WeakLimitGibbs
 
+sys.path.insert(0, sys.argv[1])
+from bench_split_merge import readme_model
+
 y = nh.datasets.fox_experiment_a(num_steps=1000).observations
-
-def model(y):
-    gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
-    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
-    kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
-    hmm = nh.StickyHDPHMM(gamma=gamma, alpha=alpha, kappa=kappa,
-                          emission=nh.emissions.GaussianNIW.weakly_informative(y), max_states=20)
-    nh.sample("y", hmm, obs=y)
-
+model = readme_model()
 rows = {"device_kind": jax.devices()[0].device_kind, "dtype": str(jax.numpy.result_type(float))}
-for C in (int(a) for a in sys.argv[1:]):
+for C in (int(a) for a in sys.argv[2:]):
     kernel = WeakLimitGibbs(model)
     keys = jax.random.split(jax.random.key(0), C)
     state = kernel.init(keys, 0, None, (y,), {})
@@ -111,15 +106,23 @@ print("RESULT " + json.dumps(rows))
 """
 
 
-def measure_chains(chains) -> dict:
+def run_worker(script: str, *argv, xla_flags: str = "") -> dict:
+    """Run a worker script in a fresh Python (this checkout on its path, ``XLA_FLAGS`` set before JAX
+    starts) and return the JSON of its ``RESULT`` line."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(
         __file__))), os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, "-c", CHAINS_WORKER, *map(str, chains)], capture_output=True, text=True,
-                         env=env, timeout=3600)
+    if xla_flags:
+        env["XLA_FLAGS"] = xla_flags
+    out = subprocess.run([sys.executable, "-c", script, *map(str, argv)], capture_output=True, text=True, env=env,
+                         timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
+
+
+def measure_chains(chains) -> dict:
+    return run_worker(CHAINS_WORKER, os.path.dirname(os.path.abspath(__file__)), *chains)
 
 
 def chains_table(results, chains) -> str:
@@ -145,15 +148,8 @@ def chains_table(results, chains) -> str:
 
 
 def measure(devices: int, sequences: int, steps: int, states: int, sweeps: int, repeats: int) -> dict:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-           "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                       os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, "-c", WORKER, str(sequences), str(steps), str(states), str(sweeps),
-                          str(repeats)], capture_output=True, text=True, env=env, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return run_worker(WORKER, sequences, steps, states, sweeps, repeats,
+                      xla_flags=f"--xla_force_host_platform_device_count={devices}")
 
 
 def table(results, args) -> str:

@@ -112,6 +112,8 @@ def main(argv=None):
         results.update({f"{run}/{k}": np.asarray(v) for k, v in samples.items()})
         results[f"{run}/seconds"] = time.perf_counter() - start
         results[f"{run}/cpu_seconds"] = time.process_time() - cpu
+        if "chain_axis" in kwargs:  # how the last state's states (C, N, T) are laid out over the mesh
+            results[f"{run}/states_spec"] = str(mcmc.last_state.z["y_states"].sharding.spec)
     if args.process_id == 0:
         np.savez(args.out, **results)
     if args.num_processes > 1:

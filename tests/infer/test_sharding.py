@@ -70,11 +70,13 @@ def test_padding_rows_are_dropped(four_devices):
 def test_chains_and_sequences_on_one_mesh(four_devices):
     """2 vectorized chains on a (2, 2) mesh ("chains", "sequences"), WeakLimitGibbs(mesh=...,
     chain_axis="chains"): each device runs one chain's block of 32 sequences, and the draws are those
-    of the unsharded vectorized run for the same key."""
-    states = four_devices["unsharded@2/y_states"]
-    assert states.shape == (2 * 4, 64, 12)  # chains x samples, flattened
-    assert not np.array_equal(states[:4], states[4:])  # two different chains
+    of the unsharded vectorized run for the same key, and the chains' states are laid out over the
+    chain axis (without ``spmd_axis_name`` they are replicated over it: P(None, 'sequences'))."""
+    assert four_devices["unsharded@2/y_states"].shape == (2 * 4, 64, 12)  # chains x samples, flattened
+    beta = four_devices["unsharded@2/y_beta"]
+    assert not np.allclose(beta[:4], beta[4:])  # two different chains
     assert_same_draws(four_devices, "chains2x2@2", reference="unsharded@2")
+    assert str(four_devices["chains2x2@2/states_spec"]) == "P('chains', 'sequences')"
 
 
 def test_collapsed_svi_sharded_updates(four_devices):

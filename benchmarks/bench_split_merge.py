@@ -12,8 +12,14 @@ With ``--set-a``: PGAS synthetic set A (``benchmarks/bench_beam.py``'s set-up: T
 states, 4 vectorized chains from 10 uniformly random labels, capacity 40) for ``BeamSampler``
 and ``DirectAssignmentGibbs`` with ``split_merge`` in ``--moves``, ``--sweeps`` sweeps.
 
-Usage: ``python benchmarks/bench_split_merge.py [--moves 0 5 20] [--seed 0] [--set-a --sweeps 300]``
-(run from the repository root or ``benchmarks/``).
+With ``--five``: issue 16's 2-D 5-state case (``bench_initialization.five_state_data``: T = 10^4,
+L = 30, fixed hyperparameters, ``bench_weak_limit.fixed_model``) for ``WeakLimitGibbs(model,
+split_merge=n)`` from the default ``init_strategy="data"``, ``--chains`` vectorized chains
+(seeds), ``--sweeps`` sweeps: the Hamming distance per chain after the last sweep, the first
+sweep at which each chain is at Hamming 0, and seconds per sweep (compilation excluded).
+
+Usage: ``python benchmarks/bench_split_merge.py [--moves 0 5 20] [--seed 0] [--set-a --sweeps 300
+--chains 8] [--five --chains 6]`` (run from the repository root or ``benchmarks/``).
 """
 
 from __future__ import annotations
@@ -73,7 +79,62 @@ def run(num_moves: int, seed: int = 0, num_warmup: int = 300, num_samples: int =
     }
 
 
-def set_a(kernels, moves, sweeps, seed=0):
+def five(moves, sweeps, num_chains=6, seed=0, late=None):
+    """The 2-D 5-state rows (module docstring) for each number of moves; ``late``: the moves only
+    in the last ``late`` sweeps (the chains run without them before, the same draws as the
+    ``split_merge=0`` row up to there)."""
+    import os
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_weak_limit
+    from bench_initialization import five_state_data
+
+    import numpyro_hdphmm as nh
+
+    y, truth = five_state_data()
+    args = (jnp.asarray(y),)
+    print("| split_merge | Hamming after the last sweep (per chain) | first sweep at Hamming 0 (per chain) "
+          "| chains at 0 | acceptance | s / sweep |")
+    print("|---:|---|---|---:|---:|---:|")
+    def scan(kernel, state, length):
+        def body(s, _):
+            s = kernel.sample(s, args, {})
+            return s, (s.z[kernel.spec.sites.states], s.split_merge_accept)
+
+        run = jax.jit(lambda s: jax.lax.scan(body, s, None, length=length)).lower(state).compile()
+        t0 = time.perf_counter()
+        state, (states, accept) = jax.block_until_ready(run(state))
+        return state, np.asarray(states), np.asarray(accept), time.perf_counter() - t0
+
+    keys = jax.random.split(jax.random.key(seed), num_chains)
+    for n in moves:
+        kernel = nh.infer.WeakLimitGibbs(bench_weak_limit.fixed_model(30), split_merge=n)
+        state = kernel.init(keys, 0, None, args, {})
+        early = 0 if late is None or not n else sweeps - late
+        parts = []
+        if early:
+            plain = nh.infer.WeakLimitGibbs(bench_weak_limit.fixed_model(30))
+            state, *part = scan(plain, plain.init(keys, 0, None, args, {}), early)
+            parts.append(part)
+        state, *part = scan(kernel, state, sweeps - early)
+        parts.append(part)
+        states = np.swapaxes(np.concatenate([p[0] for p in parts]), 0, 1)  # (chains, sweeps, T)
+        accept = parts[-1][1]
+        seconds = parts[-1][2] * sweeps / (sweeps - early)  # per sweep with the moves
+        ham = np.array([nh.diagnostics.hamming_distance(states[c], truth) for c in range(num_chains)])
+        first = [int(np.argmax(h == 0)) + 1 if np.any(h == 0) else None for h in ham]
+        last = ", ".join(f"{h:.4f}" if h else "0" for h in ham[:, -1])
+        reach = ", ".join("-" if v is None else str(v) for v in first)
+        acc = f"{np.nanmean(np.asarray(accept)):.2e}" if n else "-"
+        print(f"| {n} | {last} | {reach} | {int(np.sum(ham[:, -1] == 0))}/{num_chains} | {acc} "
+              f"| {seconds / sweeps:.3f} |", flush=True)
+
+
+def set_a(kernels, moves, sweeps, seed=0, num_chains=4):
     """Set A rows (``bench_beam.set_a_run``) for each kernel and number of moves."""
     import functools
     import os
@@ -92,11 +153,12 @@ def set_a(kernels, moves, sweeps, seed=0):
         for n in moves:
             # set_a_run builds ``cls(model)`` and picks its starting values by the class name
             cls = type(name, (base,), {"__init__": functools.partialmethod(base.__init__, split_merge=n)})
-            r = set_a_run(cls, 40, sweeps, seed=seed)
+            r = set_a_run(cls, 40, sweeps, num_chains=num_chains, seed=seed)
             reach = ", ".join("-" if v is None else str(v) for v in r["reach_large"])
             ham = ", ".join(f"{h:.3f}" for h in r["hamming"])
             final = ", ".join(f"{a} ({b})" for a, b in zip(r["final_states"], r["final_large"]))
-            print(f"| {name} | {n} | {reach} | {ham} | {final} | {r['seconds']:.0f} |", flush=True)
+            print(f"| {name} | {n} | {reach} | {ham} | {final} | {r['seconds']:.0f} ({r['seconds'] / sweeps:.3f} / sweep) |",
+                  flush=True)
 
 
 def main():
@@ -106,9 +168,15 @@ def main():
     parser.add_argument("--set-a", action="store_true")
     parser.add_argument("--kernels", nargs="+", default=["BeamSampler", "DirectAssignmentGibbs"])
     parser.add_argument("--sweeps", type=int, default=300)
+    parser.add_argument("--chains", type=int, default=None, help="chains (default: 4 for --set-a, 6 for --five)")
+    parser.add_argument("--five", action="store_true")
+    parser.add_argument("--late", type=int, default=None, help="--five: the moves only in the last LATE sweeps")
     args = parser.parse_args()
     if args.set_a:
-        set_a(args.kernels, args.moves, args.sweeps, args.seed)
+        set_a(args.kernels, args.moves, args.sweeps, args.seed, args.chains or 4)
+        return
+    if args.five:
+        five(args.moves, args.sweeps, args.chains or 6, args.seed, args.late)
         return
     print("| split_merge | posterior mode of num_states | median Hamming | last-draw Hamming (per chain) "
           "| split-merge acceptance | ESS(num_states) | s (incl. compile) |")

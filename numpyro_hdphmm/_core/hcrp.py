@@ -38,6 +38,14 @@ not ``m_.k + gamma``, notes/rcd.md §1.2, §2.10 #1; with loyal customers)::
 It is ``p(x, t | s) / p(t | x, s)`` for every table ``t`` the customer can take (eq. 28), so the
 acceptance ratio of the RCD needs only these values (:func:`log_prob`, eqs. 29-30).
 
+**The weak-limit top level** (``weak_limit=True``; Fox et al. eq. 39): with ``beta ~ Dir(gamma/L,
+..., gamma/L)`` over the ``L = K`` labels integrated out, the dishes of the informative tables are
+a Polya urn over the labels, ``p_root(k) = (mbar_.k + gamma/L) / (mbar.. + gamma)`` for every
+label ``k``, used or not (the labels are states of the approximation, not an exchangeable
+partition: the ``L - Kbar`` unused labels share the new-dish mass ``(L - Kbar) (gamma/L) /
+(mbar.. + gamma)``).  Everything else (the tables within a restaurant, the overrides, the
+removal by Stirling ratios) is the same, since the top level enters only through ``p_root``.
+
 All functions are pure, jittable and vmappable; counts are int32, probabilities in log space.
 """
 
@@ -206,14 +214,19 @@ def table_counts(seating: Seating) -> TableCounts:
 
 
 # ------------------------------------------------------------------------ the predictive
-def root_weights(seating: Seating, gamma):
+def root_weights(seating: Seating, gamma, weak_limit: bool = False):
     r"""``p_root(k)`` for every dish ``(K,)``: ``mbar_.k / (mbar.. + gamma)`` for a served dish,
     ``gamma / (mbar.. + gamma)`` for a label without informative tables (a new dish).  RCD
     paper eqs. 14-15 and 31-32 with the corrected denominator ``mbar.. + gamma`` (the paper
-    prints ``m_.k + gamma``, notes/rcd.md §2.10 #1)."""
+    prints ``m_.k + gamma``, notes/rcd.md §2.10 #1).  ``weak_limit`` (static): the top level
+    ``Dir(gamma/K)`` over the ``K`` labels integrated out, ``(mbar_.k + gamma/K) / (mbar.. +
+    gamma)`` for every label (module docstring)."""
     dtype = jnp.result_type(gamma, float)
     root = seating.root.astype(dtype)
-    return jnp.where(root > 0, root, gamma) / (seating.root_total.astype(dtype) + gamma)
+    total = seating.root_total.astype(dtype) + gamma
+    if weak_limit:
+        return (root + gamma / root.shape[0]) / total
+    return jnp.where(root > 0, root, gamma) / total
 
 
 def _concentration(j, hyper: Concentrations, capacity: int):
@@ -221,11 +234,12 @@ def _concentration(j, hyper: Concentrations, capacity: int):
     return hyper.alpha + jnp.where(j < capacity, hyper.kappa, 0.0)
 
 
-def log_prob(seating: Seating, j, k, hyper: Concentrations):
-    r"""``log p(x = k | restaurant j, s)`` (module docstring; RCD paper Alg. 2 ``getProb``)."""
+def log_prob(seating: Seating, j, k, hyper: Concentrations, weak_limit: bool = False):
+    r"""``log p(x = k | restaurant j, s)`` (module docstring; RCD paper Alg. 2 ``getProb``);
+    ``weak_limit``: the weak-limit top level (:func:`root_weights`)."""
     capacity = seating.w.shape[0]
     dtype = jnp.result_type(hyper.alpha, float)
-    p_root = root_weights(seating, hyper.gamma)[k]
+    p_root = root_weights(seating, hyper.gamma, weak_limit)[k]
     sticky = jnp.where((j == k) & (j < capacity), hyper.kappa, 0.0)
     num = seating.n[j, k].astype(dtype) + sticky + hyper.alpha * p_root
     den = seating.out[j].astype(dtype) + _concentration(j, hyper, capacity)
@@ -268,7 +282,7 @@ def log_prob_matrix(seating: Seating, hyper: Concentrations):
 
 
 # ------------------------------------------------------------------------ customers
-def add_customer(seating: Seating, j, k, u, hyper: Concentrations, max_tables: int):
+def add_customer(seating: Seating, j, k, u, hyper: Concentrations, max_tables: int, weak_limit: bool = False):
     r"""Seat one customer of restaurant ``j`` with dish ``k`` (RCD paper Alg. 3 ``addCustomer``,
     eq. 27, with loyal customers): join an existing table with weight ``n_jk``, open an override
     table with ``kappa [j = k < K]`` or an informative table with ``alpha p_root(k)``; ``u``
@@ -276,12 +290,13 @@ def add_customer(seating: Seating, j, k, u, hyper: Concentrations, max_tables: i
 
     Returns ``(seating, log_r, overflow)``: ``log_r = log p(x = k | j, s)`` before the customer
     sat (:func:`log_prob`; the factor of the RCD acceptance ratio, eq. 30) and ``overflow`` when
-    the cell opened more tables than ``max_tables`` (the Stirling table's width)."""
+    the cell opened more tables than ``max_tables`` (the Stirling table's width).  ``weak_limit``:
+    the weak-limit top level (:func:`root_weights`)."""
     capacity = seating.w.shape[0]
     dtype = jnp.result_type(hyper.alpha, float)
     join = seating.n[j, k].astype(dtype)
     override = jnp.where((j == k) & (j < capacity), hyper.kappa, 0.0)
-    informative = hyper.alpha * root_weights(seating, hyper.gamma)[k]
+    informative = hyper.alpha * root_weights(seating, hyper.gamma, weak_limit)[k]
     num = join + override + informative
     den = seating.out[j].astype(dtype) + _concentration(j, hyper, capacity)
     v = u * num
@@ -298,7 +313,8 @@ def add_customer(seating: Seating, j, k, u, hyper: Concentrations, max_tables: i
     return Seating(n, m, w, root, out, total), jnp.log(num) - jnp.log(den), overflow
 
 
-def remove_customer(seating: Seating, j, k, u_table, u_override, log_ratios, hyper: Concentrations):
+def remove_customer(seating: Seating, j, k, u_table, u_override, log_ratios, hyper: Concentrations,
+                    weak_limit: bool = False):
     r"""Remove one customer of restaurant ``j`` eating dish ``k`` (RCD paper Alg. 4
     ``removeCustomer`` in the count representation, module docstring): its table closes with
     probability ``|s(n-1, m-1)| / |s(n, m)|`` (``log_ratios`` from :func:`stirling_log_ratios`)
@@ -306,7 +322,8 @@ def remove_customer(seating: Seating, j, k, u_table, u_override, log_ratios, hyp
     ``w_k / m_kk``; ``u_table``, ``u_override`` uniform on ``[0, 1)``.
 
     Returns ``(seating, log_r)`` with ``log_r = log p(x = k | j, s)`` after the removal (the
-    factor ``r_old`` of the RCD acceptance ratio, Alg. 1)."""
+    factor ``r_old`` of the RCD acceptance ratio, Alg. 1; ``weak_limit``: the weak-limit top
+    level, :func:`root_weights`)."""
     capacity = seating.w.shape[0]
     dtype = log_ratios.dtype
     n_jk, m_jk = seating.n[j, k], seating.m[j, k]
@@ -323,7 +340,7 @@ def remove_customer(seating: Seating, j, k, u_table, u_override, log_ratios, hyp
     out = seating.out.at[j].add(-1)
     total = seating.root_total - is_informative.astype(jnp.int32)
     new = Seating(n, m, w, root, out, total)
-    return new, log_prob(new, j, k, hyper)
+    return new, log_prob(new, j, k, hyper, weak_limit)
 
 
 def checkpoint(seating: Seating, j, k) -> CellCheckpoint:

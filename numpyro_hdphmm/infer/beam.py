@@ -72,8 +72,7 @@ from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
-from numpyro_hdphmm.infer.split_merge import (SPLIT_MERGE_STREAM, check_split_merge, collapsed_statistics,
-                                              split_merge_given_beta)
+from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
 
 __all__ = ["BeamSampler", "Beam", "BeamInfo", "drop_unused"]
 
@@ -196,18 +195,8 @@ class Beam(Algorithm):
         gamma, alpha, kappa = view.hyper
         k_u, k_ext, k_prior, k_z, k_theta, k_global = random.split(rng_key, 6)
         # 0. split-merge moves on the collapsed seating, then the rows given the moved states
-        split_merge_accept = jnp.full((), jnp.nan, jnp.result_type(state.beta.dtype, float))
-        split_overflow = jnp.zeros((), bool)
-        if self.split_merge:
-            k_split, k_rows = random.split(random.fold_in(rng_key, SPLIT_MERGE_STREAM))
-            statistics = collapsed_statistics(view, capacity, self.name)
-            moves = split_merge_given_beta(k_split, state.states, state.beta, state.params, data, view.hyper,
-                                           view.emission, statistics, self.split_merge)
-            n, first = crp.transition_counts(moves.states, capacity, data.lengths)
-            trans = crp.sample_rows(k_rows, moves.beta, alpha, kappa, n, first).astype(state.trans.dtype)
-            state = state._replace(states=moves.states, beta=moves.beta, trans=trans, params=moves.params)
-            split_merge_accept = moves.accepted.astype(split_merge_accept.dtype) / self.split_merge
-            split_overflow = moves.overflow
+        state, split_merge_accept, split_overflow = split_merge_explicit(rng_key, state, view, self.split_merge,
+                                                                         self.name, weak_limit=False)
         inst = used_slots(state.states, data.lengths, capacity) | (state.beta[:capacity] > 0)
         # 1. slices
         log_u = draw_slices(k_u, state.states, state.trans, data.lengths)

@@ -93,12 +93,15 @@ class StepData(NamedTuple):
 
 
 class Context(NamedTuple):
-    """What a move reads besides the state: the data, the concentrations and the Stirling ratio
-    table (:func:`~numpyro_hdphmm._core.hcrp.stirling_log_ratios`)."""
+    """What a move reads besides the state: the data, the concentrations, the Stirling ratio
+    table (:func:`~numpyro_hdphmm._core.hcrp.stirling_log_ratios`) and ``weak_limit`` (a static
+    Python bool: the top level is the weak limit's ``Dir(gamma/K)`` over the labels, not the
+    infinite model's CRP, :func:`~numpyro_hdphmm._core.hcrp.root_weights`)."""
 
     data: StepData
     hyper: Concentrations
     log_ratios: jax.Array
+    weak_limit: bool = False
 
 
 def step_data(x, valid, lengths, pre) -> StepData:
@@ -109,16 +112,17 @@ def step_data(x, valid, lengths, pre) -> StepData:
     return StepData(flatten_time(x), valid.reshape(-1) & layout.in_range, layout.in_range, layout.is_first, layout.has_next, pre)
 
 
-def context(x, valid, lengths, statistics, params, hyper, dtype) -> Context:
+def context(x, valid, lengths, statistics, params, hyper, dtype, weak_limit: bool = False) -> Context:
     """The :class:`Context` of observations ``x (N, T, ...)`` (``valid (N, T)``, ``lengths (N,)``)
     at the concentrations ``hyper`` (:class:`~numpyro_hdphmm._core.crp.Concentrations` or a
     ``(gamma, alpha, kappa)`` tuple), with the strategy's precomputation at the emission
-    parameters ``params`` and the Stirling ratio table covering all ``N T`` customers."""
+    parameters ``params`` and the Stirling ratio table covering all ``N T`` customers;
+    ``weak_limit``: the weak-limit top level (:class:`Context`)."""
     steps = valid.size
     pre = statistics.precompute(flatten_time(x), params, dtype)
     log_ratios = hcrp.stirling_log_ratios(steps, hcrp.table_capacity(steps), dtype)
     return Context(step_data(x, valid, lengths, pre), Concentrations(*(jnp.asarray(v, dtype) for v in hyper)),
-                   log_ratios)
+                   log_ratios, bool(weak_limit))
 
 
 def init_state(states, seating: hcrp.Seating, est, in_range) -> CollapsedState:
@@ -169,14 +173,16 @@ def restaurant(state: CollapsedState, data: StepData, i):
 def remove_transition(state: CollapsedState, ctx: Context, j, k, u):
     """Remove a transition customer ``j -> k`` (:func:`~numpyro_hdphmm._core.hcrp.remove_customer`,
     ``u (2,)`` uniforms on ``[0, 1)``): ``(state, log r_old)``."""
-    seating, log_r = hcrp.remove_customer(state.seating, j, k, u[0], u[1], ctx.log_ratios, ctx.hyper)
+    seating, log_r = hcrp.remove_customer(state.seating, j, k, u[0], u[1], ctx.log_ratios, ctx.hyper,
+                                         ctx.weak_limit)
     return state._replace(seating=seating), log_r
 
 
 def add_transition(state: CollapsedState, ctx: Context, j, k, u):
     """Add a transition customer ``j -> k`` (:func:`~numpyro_hdphmm._core.hcrp.add_customer`,
     ``u`` uniform on ``(0, 1]``): ``(state, log r*, table overflow)``."""
-    seating, log_r, overflow = hcrp.add_customer(state.seating, j, k, u, ctx.hyper, ctx.log_ratios.shape[1] - 1)
+    seating, log_r, overflow = hcrp.add_customer(state.seating, j, k, u, ctx.hyper, ctx.log_ratios.shape[1] - 1,
+                                                 ctx.weak_limit)
     return state._replace(seating=seating), log_r, overflow
 
 

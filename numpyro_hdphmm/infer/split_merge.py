@@ -59,11 +59,12 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer import franchise
+from numpyro_hdphmm.infer.base import Explicit
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
 
 __all__ = ["SplitMergeResult", "Fragments", "fragments", "restricted_ffbs", "split_merge_move", "split_merge_sweep",
            "settle", "ExplicitSplitMerge", "split_merge_given_beta", "SPLIT_MERGE_STREAM", "check_split_merge",
-           "collapsed_statistics"]
+           "collapsed_statistics", "log_label_choice", "ExplicitMoves", "split_merge_explicit"]
 
 
 class SplitMergeResult(NamedTuple):
@@ -118,7 +119,7 @@ def restricted_ffbs(state: CollapsedState, ctx: Context, statistics, start, leng
     last = start + length - 1
     after = jnp.minimum(last + 1, steps - 1)
     prev = franchise.restaurant(state, data, start)
-    log_p = lambda j, k: hcrp.log_prob(seating, j, k, hyper)
+    log_p = lambda j, k: hcrp.log_prob(seating, j, k, hyper, ctx.weak_limit)
     log_init = jnp.stack([log_p(prev, pair[0]), log_p(prev, pair[1])])
     log_trans = jnp.stack([jnp.stack([log_p(pair[0], pair[0]), log_p(pair[0], pair[1])]),
                            jnp.stack([log_p(pair[1], pair[0]), log_p(pair[1], pair[1])])])
@@ -165,6 +166,22 @@ def _t2_customers(state, data, frag: Fragments, t2):
     own_in = data.is_first[t2] | ~frag.member[jnp.maximum(t2 - 1, 0)]
     own_out = data.has_next[t2] & ~frag.member[jnp.minimum(t2 + 1, steps - 1)]
     return own_in, own_out
+
+
+def log_label_choice(num_free, split, weak_limit: bool):
+    """The log ratio of the new label's proposal probabilities in the acceptance ratio.
+
+    Infinite model (``weak_limit`` False): 0, the target is a law on partitions (a new dish's
+    probability ``gamma / (mbar.. + gamma)`` is that of an unlabelled dish, the slot is a name).
+    Weak limit: the target is a law on labelled state sequences; a split names its new state by
+    a uniform draw among the ``num_free`` free labels (``1 / num_free``) and the reverse merge is
+    deterministic, so a split gains ``log num_free`` and a merge, whose reverse split must draw
+    the merged label back out of the ``num_free`` labels free after the removal, ``-log
+    num_free``."""
+    if not weak_limit:
+        return jnp.zeros((), jnp.result_type(float))
+    log_free = jnp.log(jnp.maximum(num_free, 1).astype(jnp.result_type(float)))
+    return jnp.where(split, log_free, -log_free)
 
 
 def split_merge_move(rng_key, state: CollapsedState, ctx: Context, statistics):
@@ -223,6 +240,7 @@ def split_merge_move(rng_key, state: CollapsedState, ctx: Context, statistics):
     # 4. the proposal: t2's new label, then t2's customers
     active = state.occupancy > 0
     has_free = ~jnp.all(active)
+    log_labels = log_label_choice(jnp.sum(~active), split, ctx.weak_limit).astype(dtype)
     fresh = draws.categorical((~active).astype(dtype), 1.0 - random.uniform(k_slot, (), dtype))
     c = jnp.where(split, fresh, a).astype(state.labels.dtype)
     state = state._replace(labels=state.labels.at[t2].set(c))
@@ -255,7 +273,7 @@ def split_merge_move(rng_key, state: CollapsedState, ctx: Context, statistics):
         s, q = lax.cond(split, split_labels, lambda s: (s, zero), s)
         s, r, of_f = franchise.add_run(s, ctx, statistics, start, length, u_add)
         r_new, q_new = r_new + r, q_new + q
-        stopped = early & ~split & (r_new - r_old + q_old - q_new <= log_thr)
+        stopped = early & ~split & (r_new - r_old + q_old - q_new + log_labels <= log_thr)
         return n + 1, s, r_new, q_new, of | of_f, stopped
 
     def merge_labels(s):
@@ -266,7 +284,7 @@ def split_merge_move(rng_key, state: CollapsedState, ctx: Context, statistics):
     _, state, r_new, q_new, overflow, stopped = lax.while_loop(cond, add_fragment, init)
 
     # 5. accept or restore
-    log_ratio = r_new - r_old + q_old - q_new
+    log_ratio = r_new - r_old + q_old - q_new + log_labels
     ok = (num_valid >= 2) & (has_free | ~split) & ~overflow & ~stopped & franchise.is_valid(state)
     accepted = ok & (log_thr < log_ratio)
     state = settle(accepted, state, previous)
@@ -319,22 +337,66 @@ class ExplicitSplitMerge(NamedTuple):
 
 
 def split_merge_given_beta(rng_key, states, beta, params, data, hyper, emission, statistics,
-                           num_moves: int) -> ExplicitSplitMerge:
+                           num_moves: int, weak_limit: bool = False) -> ExplicitSplitMerge:
     """``num_moves`` split-merge moves for a sampler that keeps ``beta`` explicit (the
     direct-assignment sampler; module docstring, steps 1-3): the tables given ``states (N, T)``
     and ``beta (K+1,)``, the moves on the collapsed state, ``beta`` given the tables, then the
     emission parameters given the moved state.  ``data``: the view's data (``x``, ``valid``,
     ``lengths``); ``hyper``: ``(gamma, alpha, kappa)``; ``emission`` the family and
-    ``statistics`` its collapsed strategy."""
+    ``statistics`` its collapsed strategy.  ``weak_limit`` (static): the weak-limit model
+    (``beta ~ Dir(gamma/L)`` over the ``L = K`` labels): the moves on its collapsed seating
+    (:func:`~numpyro_hdphmm._core.hcrp.root_weights`, :func:`log_label_choice`) and ``beta |
+    tables ~ Dir(gamma/L + mbar_.k)`` (:func:`~numpyro_hdphmm._core.crp.sample_beta`)."""
     dtype = jnp.result_type(beta.dtype, hyper[1], float)
     capacity = beta.shape[0] - 1
     k_collapse, k_moves, k_beta, k_params = random.split(rng_key, 4)
-    ctx = franchise.context(data.x, data.valid, data.lengths, statistics, params, hyper, dtype)
+    ctx = franchise.context(data.x, data.valid, data.lengths, statistics, params, hyper, dtype, weak_limit)
     collapsed = franchise.collapse(k_collapse, states, beta, params, ctx, statistics, data.lengths)
     moved = split_merge_sweep(k_moves, collapsed, ctx, statistics, num_moves)
     collapsed = moved.state
-    new_beta = crp.sample_beta(k_beta, collapsed.seating.root, ctx.hyper.gamma, weak_limit=False).astype(beta.dtype)
+    new_beta = crp.sample_beta(k_beta, collapsed.seating.root, ctx.hyper.gamma,
+                               weak_limit=weak_limit).astype(beta.dtype)
     new_states = jnp.where(ctx.data.in_range, collapsed.labels, 0).reshape(states.shape).astype(states.dtype)
     weights = state_weights(collapsed.labels, ctx.data.observed, capacity, dtype)
     new_params, _ = statistics.draw_parameters(k_params, collapsed.est, emission, ctx.data.x, weights, params)
     return ExplicitSplitMerge(new_states, new_beta, new_params, moved.accepted, moved.overflow)
+
+
+class ExplicitMoves(NamedTuple):
+    """Result of :func:`split_merge_explicit`: the :class:`~numpyro_hdphmm.infer.base.Explicit`
+    state after the moves, ``accept`` (the fraction of the moves accepted; NaN without moves)
+    and ``overflow``."""
+
+    state: Explicit
+    accept: jax.Array
+    overflow: jax.Array
+
+
+def split_merge_explicit(rng_key, state: Explicit, view, num_moves: int, kernel: str, *,
+                         weak_limit: bool) -> ExplicitMoves:
+    """The moves of a sampler whose state is all explicit (``BeamSampler``, ``WeakLimitGibbs``):
+    :func:`split_merge_given_beta` (the tables given the states and ``beta``, ``num_moves``
+    moves with the rows and the emission parameters integrated out, ``beta`` and the emission
+    parameters given the moved states), then the rows ``pi_j ~ Dir(alpha beta + kappa e_j +
+    n_j.)`` and the start row ``Dir(alpha beta + n_0.)`` given the moved states and the new
+    ``beta`` (:func:`~numpyro_hdphmm._core.crp.sample_rows`).  Every draw after the moves is from
+    its full conditional, so the block leaves the joint posterior of ``(z, beta, pi, theta)``
+    invariant (module docstring).  ``rng_key``: the sweep's key (the moves use
+    ``fold_in(rng_key, SPLIT_MERGE_STREAM)``); ``view`` the
+    :class:`~numpyro_hdphmm.infer.discovery.ModelView`; ``kernel`` names the kernel in the error
+    of a family without collapsed statistics; ``weak_limit`` (static) selects the weak-limit
+    model.  ``num_moves == 0``: the state unchanged, ``accept`` NaN."""
+    accept = jnp.full((), jnp.nan, jnp.result_type(state.beta.dtype, float))
+    if not num_moves:
+        return ExplicitMoves(state, accept, jnp.zeros((), bool))
+    capacity = state.beta.shape[0] - 1
+    data = view.data
+    _, alpha, kappa = view.hyper
+    k_split, k_rows = random.split(random.fold_in(rng_key, SPLIT_MERGE_STREAM))
+    statistics = collapsed_statistics(view, capacity, kernel)
+    moves = split_merge_given_beta(k_split, state.states, state.beta, state.params, data, view.hyper, view.emission,
+                                   statistics, num_moves, weak_limit)
+    n, first = crp.transition_counts(moves.states, capacity, data.lengths)
+    trans = crp.sample_rows(k_rows, moves.beta, alpha, kappa, n, first).astype(state.trans.dtype)
+    state = state._replace(states=moves.states, beta=moves.beta, trans=trans, params=moves.params)
+    return ExplicitMoves(state, moves.accepted.astype(accept.dtype) / num_moves, moves.overflow)

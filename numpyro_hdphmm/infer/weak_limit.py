@@ -26,6 +26,43 @@ step samples (tables, hyperparameters, beta) from their joint conditional with t
 integrated out and then the rows from their full conditional, which leaves the joint posterior
 invariant.
 
+**Split-merge moves** (``split_merge=n``, step 0, before step 1): FFBS moves one state sequence
+given the others' parameters, so two labels that describe the same regime (a duplicate state)
+merge only through many unlikely intermediate sweeps.  The moves of
+:mod:`numpyro_hdphmm.infer.split_merge` (restricted collapsed draw, RCD paper Algs. 9-10 after
+Jain & Neal 2000) split or merge whole states in one Metropolis-Hastings step, on the collapsed
+seating of the weak-limit model:
+
+a. tables ``(m, w) | z, beta`` with the rows integrated out (the Antoniak counts of step 3;
+   :func:`~numpyro_hdphmm.infer.franchise.collapse`): ``(z, m, w, beta)`` is then a posterior draw
+   and, forgetting ``beta`` (and the rows and ``theta``), ``(z, m, w)`` is a draw of the
+   collapsed posterior ``p(z, m, w | y) ∝ p(y | z) p(z, m, w)`` with ``beta``, the rows and the
+   emission parameters integrated out;
+b. ``n`` moves that leave it invariant.  With ``beta ~ Dir(gamma/L, ..., gamma/L)`` integrated
+   out, the dishes of the informative tables are a Polya urn over the ``L`` labels: a table of
+   restaurant ``j`` opened for dish ``k`` has probability ``alpha (mbar_.k + gamma/L) / (mbar.. +
+   gamma) / (n_j. + alpha + kappa)`` for every label ``k``, used or not
+   (:func:`~numpyro_hdphmm._core.hcrp.root_weights` with ``weak_limit``), and ``p(z, m, w)`` is
+   the product of these predictives in any order (exchangeability), so the chain-rule factors
+   ``r`` of the move are its ratios, as in the infinite model.  Unlike the infinite model the
+   labels are part of the state: a split draws its new label uniformly among the ``F`` free ones,
+   the reverse merge is deterministic, so the acceptance ratio gains ``+log F`` for a split and
+   ``-log F`` for a merge (``F`` counted after the moved steps are removed;
+   :func:`~numpyro_hdphmm.infer.split_merge.log_label_choice`).  Summed over the ``F`` choices,
+   ``F (gamma/L) / (mbar.. + gamma)`` is the new-dish mass of the unused labels, the infinite
+   model's ``gamma / (mbar.. + gamma)`` as ``L -> inf``;
+c. ``beta | m, w ~ Dir(gamma/L + mbar_.k)`` (eq. 41), ``theta | z, y`` from the conjugate
+   posterior (unused labels: the prior), then the rows ``pi_j | z, beta ~ Dir(alpha beta + kappa
+   e_j + n_j.)``: every draw from its full conditional, so the block a-c leaves the joint
+   posterior of ``(z, beta, pi, theta)`` invariant
+   (:func:`~numpyro_hdphmm.infer.split_merge.split_merge_explicit`, shared with
+   :class:`~numpyro_hdphmm.infer.BeamSampler`).
+
+The emission parameters are integrated out in the moves, which needs the family's collapsed
+statistics (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.collapsed_statistics`): every
+conjugate family and DP mixtures of them; custom emissions keep their parameters explicit (the
+moves are then given the parameters); a family without either raises ``NotImplementedError``.
+
 The algorithm's state is :class:`~numpyro_hdphmm.infer.base.Explicit` (every site explicit).
 """
 
@@ -46,6 +83,7 @@ from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
+from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["WeakLimitGibbs", "WeakLimit", "WeakLimitInfo", "weak_limit"]
@@ -77,11 +115,14 @@ def weak_limit(model):
 
 class WeakLimitInfo(NamedTuple):
     """Per-sweep diagnostics: ``overflow`` (every one of the ``L`` states occupied: the
-    approximation had no free state left) and ``ffbs_ok`` (False in the rare sweep where the
-    rescaled FFBS underflowed and the states were kept)."""
+    approximation had no free state left; or a split-merge move's table count overflowed),
+    ``ffbs_ok`` (False in the rare sweep where the rescaled FFBS underflowed and the states were
+    kept) and ``split_merge_accept`` (the fraction of the sweep's split-merge moves accepted; NaN
+    without them)."""
 
     overflow: jax.Array
     ffbs_ok: jax.Array
+    split_merge_accept: jax.Array
 
 
 def _ffbs_rows(emission):
@@ -105,10 +146,12 @@ def _ffbs_rows(emission):
 class WeakLimit(Algorithm):
     """Fox et al. Alg. 2 on the contract of :mod:`numpyro_hdphmm.infer.base` (module docstring).
 
-    ``sharding`` (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`): where step 1 runs
-    (default unsharded)."""
+    ``split_merge``: split-merge moves per sweep (step 0; 0: none).  ``sharding``
+    (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`): where step 1 runs (default
+    unsharded)."""
 
-    def __init__(self, sharding: Optional[SequenceSharding] = None):
+    def __init__(self, split_merge: int = 0, sharding: Optional[SequenceSharding] = None):
+        self.split_merge = check_split_merge(split_merge)
         self.sharding = SequenceSharding() if sharding is None else sharding
 
     name = "WeakLimitGibbs"
@@ -125,10 +168,13 @@ class WeakLimit(Algorithm):
         return weak_limit(model)
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
-        """One sweep (steps 1-3 of the module docstring): ``(Explicit, WeakLimitInfo)``."""
+        """One sweep (steps 0-3 of the module docstring): ``(Explicit, WeakLimitInfo)``."""
         capacity = spec.capacity
         k_z, k_theta, k_global = random.split(rng_key, 3)
         emission, data = view.emission, view.data
+        # 0. split-merge moves on the collapsed weak-limit seating, then beta, theta, rows given them
+        state, split_merge_accept, split_overflow = split_merge_explicit(rng_key, state, view, self.split_merge,
+                                                                         self.name, weak_limit=True)
         # 1. states: FFBS over L states, every sequence at once (split over the devices of
         # ``self.sharding``); a sweep whose rescaled pass underflows keeps the states (the decision
         # depends only on the conditioning values)
@@ -146,8 +192,9 @@ class WeakLimit(Algorithm):
         draw = crp.sample_global(k_global, states, data.lengths, state.beta, view.hyper, view.priors, weak_limit=True,
                                  hyperparameters=spec.hyperparameters)
         hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
-        overflow = jnp.all(used_slots(states, data.lengths, capacity))
-        return Explicit(states, draw.beta, draw.trans, params, hyper), WeakLimitInfo(overflow, ffbs_ok)
+        overflow = jnp.all(used_slots(states, data.lengths, capacity)) | split_overflow
+        info = WeakLimitInfo(overflow, ffbs_ok, split_merge_accept)
+        return Explicit(states, draw.beta, draw.trans, params, hyper), info
 
 
 class WeakLimitGibbs(HDPKernel):
@@ -184,11 +231,21 @@ class WeakLimitGibbs(HDPKernel):
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
         init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+    :param split_merge: split-merge moves per sweep (0, the default: none).  ``n > 0`` adds ``n``
+        moves at the start of every sweep (module docstring, step 0): the collapsed moves of
+        :mod:`numpyro_hdphmm.infer.split_merge` (shared with ``RCDSampler``,
+        ``DirectAssignmentGibbs`` and ``BeamSampler``) on the weak-limit model's collapsed
+        seating, exact for the weak-limit posterior, so that two labels holding one regime can
+        merge (and one label holding two regimes split) in one step; their acceptance rate is the
+        collected field ``split_merge_accept``.  It needs a family with collapsed statistics
+        (every conjugate family, DP mixtures; custom emissions move given their parameters).
+        Each move costs ``O(T)`` sequential work (``docs/benchmarks.md``, "Split-merge").
     """
 
     algorithm = WeakLimit()
 
-    def __init__(self, model, *, mesh=None, sequence_axes=None, chain_axis=None, **kwargs):
+    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, chain_axis=None, **kwargs):
         sharding = SequenceSharding.from_arguments(mesh, sequence_axes, chain_axis)
+        algorithm = WeakLimit(split_merge, sharding)
         super().__init__(model, **kwargs)
-        self.algorithm = WeakLimit(sharding)
+        self.algorithm = algorithm

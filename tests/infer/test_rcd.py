@@ -101,7 +101,7 @@ def test_partition_enumeration_five_steps_blocked():
     assert tv < bound, (tv, bound)
 
 
-def printed_root_weights(seating, gamma):
+def printed_root_weights(seating, gamma, weak_limit=False):
     """The paper's printed predictive (eqs. 31-32, Alg. 2): denominator ``m_.k + gamma`` instead
     of ``m_.. + gamma`` (notes/rcd.md §2.10 #1)."""
     dtype = jnp.result_type(gamma, float)

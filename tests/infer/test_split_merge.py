@@ -3,6 +3,8 @@ BeamSampler (``split_merge=n``): exact enumeration with the moves on, the moves 
 kernel's own state update switched off) against the exact posterior, a negative control that
 drops a term of the acceptance ratio, the ``split_merge_accept`` field with vectorized chains."""
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,13 +12,13 @@ import pytest
 from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs
+from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
 from numpyro_hdphmm.infer import beam
 from numpyro_hdphmm.infer import direct_assignment as da
 from numpyro_hdphmm.infer import split_merge as sm
 from numpyro_hdphmm.infer.base import flatten_time
 
-from _checks import empirical_tv, exact_infinite_posterior, tv_bound
+from _checks import empirical_tv, exact_infinite_posterior, exact_weak_limit_posterior, tv_bound
 
 C, CAPACITY = 2, 8
 STICKY = (3.0, 2.0, 1.5)  # gamma, alpha, kappa
@@ -164,3 +166,88 @@ def test_direct_assignment_dp_mixture_with_split_merge_enumeration():
     tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
     print("DP mixture + split-merge: TV", tv, "bound", bound)
     assert tv < bound, (tv, bound)
+
+
+# ------------------------------------------------------------------------------ weak limit
+L_WEAK = 3
+weak_limit = importlib.import_module("numpyro_hdphmm.infer.weak_limit")  # the module, not the function
+
+
+def weak_model(y):
+    gamma, alpha, kappa = STICKY
+    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(C, 1.0), max_states=L_WEAK)
+    nh.sample("y", hmm, obs=y)
+
+
+def weak_moves_only(monkeypatch):
+    """WeakLimitGibbs with its FFBS switched off (every sequence reports an underflow, so the
+    states are kept): a sweep is the moves, the emission parameters and the global step."""
+
+    def keep_states(emission):
+        def ffbs(rows, shared):
+            keys, x, valid, lengths = rows
+            return jnp.zeros(valid.shape, jnp.int32), jnp.zeros(valid.shape[:1], bool)
+
+        return ffbs
+
+    monkeypatch.setattr(weak_limit, "_ffbs_rows", keep_states)
+
+
+def weak_tv(num_chains, num_warmup, seed, moves=2):
+    exact = exact_weak_limit_posterior([Y5], L_WEAK, *STICKY, C, 1.0)
+    states, accept = last_states(WeakLimitGibbs(weak_model, split_merge=moves), Y5, num_chains, num_warmup, seed=seed)
+    tv, bound = empirical_tv(exact, list(states)), tv_bound(exact.values(), num_chains)
+    print("weak limit: TV", tv, "bound", bound, "accept", np.nanmean(accept))
+    return tv, bound, accept
+
+
+@pytest.mark.slow
+def test_weak_limit_with_split_merge_enumeration():
+    """WeakLimitGibbs(split_merge=2), L = 3, T = 5 (243 labelled sequences): the last states of
+    3000 vectorized chains match the exact weak-limit posterior."""
+    tv, bound, accept = weak_tv(3000, 30, seed=4)
+    assert tv < bound, (tv, bound)
+    assert np.all((accept >= 0) & (accept <= 1)) and np.mean(accept) > 0.05
+
+
+@pytest.mark.slow
+def test_weak_limit_moves_alone_enumeration(monkeypatch):
+    """The weak limit's FFBS switched off: the moves (labelled: the new label's proposal
+    probability in the ratio), beta, the parameters and the rows alone have the exact
+    weak-limit posterior over labelled state sequences."""
+    weak_moves_only(monkeypatch)
+    tv, bound, _ = weak_tv(3000, 60, seed=5)
+    assert tv < bound, (tv, bound)
+
+
+@pytest.mark.slow
+def test_weak_limit_negative_control_without_label_choice(monkeypatch):
+    """Negative control: the moves alone with the infinite model's ratio (no ``log F`` term for
+    the new label's uniform choice) fail the same test."""
+    weak_moves_only(monkeypatch)
+    real = sm.log_label_choice
+    monkeypatch.setattr(sm, "log_label_choice", lambda num_free, split, weak: real(num_free, split, False))
+    tv, bound, _ = weak_tv(3000, 60, seed=5)
+    assert tv > bound, (tv, bound)
+
+
+def test_weak_limit_bad_argument():
+    with pytest.raises(ValueError, match="split_merge"):
+        WeakLimitGibbs(weak_model, split_merge=-2)
+
+
+def test_log_label_choice():
+    """The weak limit's label term: ``+log F`` for a split, ``-log F`` for a merge; 0 in the
+    infinite model (whose target is a law on partitions)."""
+    np.testing.assert_allclose(sm.log_label_choice(jnp.asarray(3), jnp.asarray(True), True), np.log(3.0), rtol=1e-6)
+    np.testing.assert_allclose(sm.log_label_choice(jnp.asarray(4), jnp.asarray(False), True), -np.log(4.0), rtol=1e-6)
+    assert float(sm.log_label_choice(jnp.asarray(3), jnp.asarray(True), False)) == 0.0
+
+
+@pytest.mark.slow
+def test_weak_limit_split_merge_runs_vectorized():
+    """WeakLimitGibbs(split_merge=2) with vectorized chains: the acceptance rate is collected per
+    chain and sweep, lies in [0, 1], and moves are accepted on a tiny problem."""
+    states, accept = last_states(WeakLimitGibbs(weak_model, split_merge=2), Y5, 8, 10, seed=6)
+    assert states.shape == (8, len(Y5)) and np.all((states >= 0) & (states < L_WEAK))
+    assert accept.shape == (8,) and np.all((accept >= 0) & (accept <= 1)) and accept.mean() > 0

@@ -235,7 +235,11 @@ class BeamSampler(HDPKernel):
     the sweep instantiates as many states as the slice variables require (see the module
     docstring) and reports ``num_states`` (states in use) and ``overflow`` (the capacity was
     reached while more states were needed; the sweep then continued truncated, so increase
-    ``max_states``).  Every emission family and several sequences (``obs (N, T, ...)`` with
+    ``max_states``).  The capacity must hold the instantiated states, not only the used ones:
+    a slice under a small transition probability reaches deep into the stick, so a sweep can
+    instantiate several times the states in use (``gamma, alpha, kappa = 3, 2, 1.5`` on a
+    5-step sequence overflows capacity 8 in most sweeps, a bias a 4000-chain test sees;
+    docs/rcd.md).  Every emission family and several sequences (``obs (N, T, ...)`` with
     ``lengths``) are supported.  Hyperparameter sites with the priors of
     :mod:`numpyro_hdphmm._core.crp` get exact updates; every other latent site is updated by
     ``inner_kernel`` (NUTS by default).

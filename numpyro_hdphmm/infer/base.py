@@ -434,15 +434,16 @@ class HDPKernel(MCMCKernel):
         conditioned on every other site (``kernel.wrap_model``).
     :param exact_hyperparameters: use the exact updates where they apply (``False`` sends every
         hyperparameter site to the inner kernel).
-    :param hyperparameters: how the recognized concentrations are updated: ``"auxiliary"``
-        (default) uses Fox et al.'s auxiliary-variable updates given the tables; ``"collapsed"``
-        slice-samples ``(log(alpha + kappa), logit(kappa / (alpha + kappa)))`` given the states
-        and ``beta`` with the rows integrated out, and ``log gamma`` given the tables with
-        ``beta`` integrated out (:func:`numpyro_hdphmm._core.crp.sample_global`).  Both are
-        exact; on the README's example the collapsed updates give bulk ESS 350-620 of 600 draws
-        for ``gamma``, ``alpha`` and ``kappa`` where the auxiliary ones give 4-290, at a similar
-        cost per sweep (``docs/benchmarks.md``, "Hyperparameter mixing").  Not yet the default:
-        with it, an inner NUTS kernel on other hyperparameter sites stalled in one test (issue 16).
+    :param hyperparameters: how the recognized concentrations are updated: ``"collapsed"``
+        (default) slice-samples ``(log(alpha + kappa), logit(kappa / (alpha + kappa)))`` given the
+        states and ``beta`` with the rows integrated out, and ``log gamma`` given the tables with
+        ``beta`` integrated out (:func:`numpyro_hdphmm._core.crp.sample_global`); ``"auxiliary"``
+        uses Fox et al.'s auxiliary-variable updates given the tables.  Both are exact; on the
+        README's example the collapsed updates give bulk ESS 350-620 of 600 draws for ``gamma``,
+        ``alpha`` and ``kappa`` where the auxiliary ones give 4-290, at a similar cost per sweep
+        (``docs/benchmarks.md``, "Hyperparameter mixing").  Kernels whose algorithm keeps no
+        explicit ``beta`` (:class:`~numpyro_hdphmm.infer.RCDSampler`) or whose collapsed update
+        is not yet verified (:class:`~numpyro_hdphmm.infer.PGAS`) use ``"auxiliary"``.
     :param verbose: print the update plan (:meth:`update_plan`) at initialization.
     :param init_strategy: where the chains start (:mod:`numpyro_hdphmm.infer.initialization`):
         ``"data"`` (default: the states from clustering windows of the observations, refined with
@@ -462,7 +463,7 @@ class HDPKernel(MCMCKernel):
     algorithm: Algorithm = Algorithm()
 
     def __init__(self, model, *, inner_kernel: Optional[MCMCKernel] = None, exact_hyperparameters: bool = True,
-                 hyperparameters: str = "auxiliary", verbose: bool = False, init_strategy="data"):
+                 hyperparameters: str = "collapsed", verbose: bool = False, init_strategy="data"):
         if not callable(model):
             raise ValueError("`model` must be a NumPyro model (a callable).")
         if inner_kernel is not None and not isinstance(inner_kernel, MCMCKernel):

@@ -450,5 +450,7 @@ class PGAS(HDPKernel):
         if proposal not in PROPOSALS:
             raise ValueError(f"`proposal` must be one of {PROPOSALS}, got {proposal!r}.")
         self.algorithm = ParticleGibbs(num_particles, proposal)
+        # auxiliary: PGAS's global step has not been checked with the collapsed updates (its Geweke test runs
+        # the auxiliary ones); the update plan must say what the step does
         super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
-                         init_strategy=init_strategy)
+                         init_strategy=init_strategy, hyperparameters="auxiliary")

@@ -679,5 +679,7 @@ class RCDSampler(HDPKernel):
     def __init__(self, model, mode: str = "slice", block_size: int = 10, split_merge: int = 0, *, inner_kernel=None,
                  exact_hyperparameters: bool = True, verbose: bool = False, init_strategy="data"):
         self.algorithm = RCD(mode, block_size, split_merge)
+        # auxiliary: the seating is the state and beta is integrated out, so the collapsed update given beta
+        # (crp.sample_alpha_kappa_collapsed) has no beta to condition on; the tables it keeps serve Fox et al.'s update
         super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
-                         init_strategy=init_strategy)
+                         init_strategy=init_strategy, hyperparameters="auxiliary")

@@ -21,7 +21,7 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer import DirectAssignmentGibbs, WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import PGAS, BeamSampler, DirectAssignmentGibbs, RCDSampler, WeakLimitGibbs, weak_limit
 
 from test_weak_limit import hyper_model  # gamma, alpha, kappa random; L = 3, 3 categories
 from _checks import (
@@ -137,12 +137,17 @@ def test_geweke_weak_limit_collapsed():
 
 # ---------------------------------------------------------------------------- the option
 def test_option_in_the_plan_and_validated():
-    """The auxiliary-variable updates are the default, the collapsed ones on request, and the
-    update plan says which; an unknown value is refused."""
+    """The collapsed updates are the default of the explicit-``beta`` kernels, the auxiliary-variable
+    ones on request and for RCDSampler (no explicit ``beta``) and PGAS, and the update plan says
+    which; an unknown value is refused."""
     y = np.array(Y)
-    plan = WeakLimitGibbs(_model(L)).update_plan(y)
+    for kernel in (WeakLimitGibbs(_model(L)), DirectAssignmentGibbs(_model(8)), BeamSampler(_model(8))):
+        plan = kernel.update_plan(y)
+        assert plan.sites("collapsed") == ("alpha", "kappa") and plan.sites("exact") == (), type(kernel).__name__
+    plan = WeakLimitGibbs(_model(L), hyperparameters="auxiliary").update_plan(y)
     assert plan.sites("exact") == ("alpha", "kappa") and plan.sites("collapsed") == ()
-    plan = WeakLimitGibbs(_model(L), hyperparameters="collapsed").update_plan(y)
-    assert plan.sites("collapsed") == ("alpha", "kappa") and plan.sites("exact") == ()
+    for kernel in (RCDSampler(_model(8)), PGAS(_model(8))):
+        plan = kernel.update_plan(y)
+        assert plan.sites("exact") == ("alpha", "kappa") and plan.sites("collapsed") == (), type(kernel).__name__
     with pytest.raises(ValueError, match="hyperparameters"):
         DirectAssignmentGibbs(_model(8), hyperparameters="gibbs")

@@ -40,9 +40,14 @@ def odd_prior_model(y):
 
 
 def test_any_hyperprior_runs():
+    """The inner NUTS adapts its step size and mass matrix to a target that moves every sweep
+    (the states and ``beta`` it is conditioned on); with 20 warm-up sweeps, states found late in
+    warm-up left it at step sizes 2-4 and acceptance near 0 on 6 of 10 seeds with the collapsed
+    updates and 2 of 6 with the auxiliary ones; with 100, step sizes 0.5-0.7 and acceptance above
+    0.9 on 5 of 5 seeds."""
     y, _ = categorical_data()
     kernel = WeakLimitGibbs(odd_prior_model)
-    mcmc = MCMC(kernel, num_warmup=20, num_samples=40, progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=100, num_samples=40, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     s = mcmc.get_samples()
     hyper = kernel.spec.hyper

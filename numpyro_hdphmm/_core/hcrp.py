@@ -52,7 +52,7 @@ All functions are pure, jittable and vmappable; counts are int32, probabilities 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Tuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

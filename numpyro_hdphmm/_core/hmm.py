@@ -55,8 +55,7 @@ keeps float32 accurate at ``T = 10^6``.
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +64,7 @@ from jax import lax
 
 from numpyro_hdphmm._core.random import categorical
 from numpyro_hdphmm._core.reduce import block_max, block_sum, pad_states, padded_size
-from numpyro_hdphmm._core.validation import check_integer, check_ndim, is_concrete
+from numpyro_hdphmm._core.validation import check_integer, check_ndim
 
 __all__ = [
     "HMMFilter",
@@ -552,7 +551,6 @@ def _viterbi_single(p: _Prepared):
     32-35), renormalized to max 0 each step; ties go to the lowest index."""
     T, K = p.lem.shape
     time_varying = p.log_a.ndim == 3
-    ts = jnp.arange(T)
     d0 = p.log_init + p.lem[0]
     d0 = d0 - _finite_or_zero(jnp.max(d0))
     ident = jnp.arange(K, dtype=jnp.int32)

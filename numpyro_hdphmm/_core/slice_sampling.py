@@ -20,7 +20,6 @@ jittable, vmappable (the ``lax.while_loop``s of a batch run until the last membe
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax, random
 

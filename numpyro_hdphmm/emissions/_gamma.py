@@ -12,7 +12,6 @@ from typing import Dict, Iterable, Tuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.special import gammaln, xlogy
 
 from numpyro_hdphmm._core.random import log_gamma

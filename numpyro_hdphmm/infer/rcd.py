@@ -62,7 +62,7 @@ parameters.
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +76,7 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer import franchise
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
 from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_sweep
@@ -298,7 +298,6 @@ def _block_ffbs(u_back, log_init, log_trans, log_emission, log_exit, length, bea
     ``beam_log_u`` (``(B + 1,)`` log slices: entry, steps, exit) the weights are the indicators
     ``pi-hat > u`` (beam sampling, Van Gael et al. 2008).  Positions past ``length`` keep the
     state.  Returns the path ``(B,)``."""
-    size = log_init.shape[0]
     num = log_emission.shape[0]
     if beam_log_u is not None:
         gate = lambda w, lu: jnp.where(w > lu, 0.0, -jnp.inf)

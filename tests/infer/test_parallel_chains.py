@@ -1,5 +1,5 @@
 """chain_method="parallel" over several (simulated) CPU devices, in a subprocess so that the
-device count can be set before JAX starts."""
+device count can be set before JAX starts; the same key gives the same draws."""
 
 import subprocess
 import sys
@@ -24,7 +24,11 @@ SCRIPT = textwrap.dedent(
     mcmc = MCMC(nh.infer.WeakLimitGibbs(model), num_warmup=5, num_samples=5, num_chains=2,
                 chain_method="parallel", progress_bar=False)
     mcmc.run(jax.random.key(0), y)
-    assert mcmc.get_samples(group_by_chain=True)["y_states"].shape == (2, 5, 40)
+    first = mcmc.get_samples(group_by_chain=True)
+    assert first["y_states"].shape == (2, 5, 40)
+    mcmc.run(jax.random.key(0), y)  # the same key: the same draws (issue 18)
+    again = mcmc.get_samples(group_by_chain=True)
+    assert all(np.array_equal(first[k], again[k]) for k in first)
     print("OK")
     """
 )

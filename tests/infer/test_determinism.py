@@ -18,9 +18,9 @@ the ``init`` that ``MCMC.run`` calls on a kernel that has not been initialized).
 devices is in ``test_parallel_chains.py`` (slow, a subprocess).
 
 Cost: every ``MCMC`` object compiles its own sampling loop (with the kernel's sweep inside it),
-so the default set runs one ``MCMC`` per kernel (vectorized chains: same key, continuation, the
-continuation again) and the continuation-equals-uninterrupted and pickle checks on
-``WeakLimitGibbs``; the same checks for the other kernels and the sequential method are slow.
+so the default set runs the checks on ``WeakLimitGibbs`` only (one ``MCMC`` with vectorized
+chains: same key, continuation, the continuation again; then continuation-equals-uninterrupted
+and pickle); the same checks for the other four kernels and the sequential method are slow.
 Each kernel instance is shared by the module's tests (its compiled ``init`` is reused).
 """
 
@@ -106,7 +106,7 @@ def _slow_unless(name, default):
     return pytest.param(name, marks=() if name in default else pytest.mark.slow)
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", [_slow_unless(n, {"WeakLimitGibbs"}) for n in KERNELS])
 def test_same_key_same_draws(kernels, name):
     """Vectorized chains: the same key gives identical draws (and the same continuation), another
     key other draws."""

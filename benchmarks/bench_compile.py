@@ -61,7 +61,8 @@ def child(name: str) -> None:
         jax.block_until_ready(mcmc.get_samples())
         return time.perf_counter() - t0, time.process_time() - c0
 
-    (first, first_cpu), (second, second_cpu) = run(), run()
+    first, first_cpu = run()
+    second, second_cpu = run() if os.environ.get("BENCH_COMPILE_SECOND", "1") == "1" else (float("nan"),) * 2
     print("RESULT " + json.dumps({"kernel": name, "first": first, "second": second, "first_cpu": first_cpu,
                                   "second_cpu": second_cpu}), flush=True)
 
@@ -86,6 +87,7 @@ def main():
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     parser.add_argument("--cache", nargs="*", choices=KERNELS, default=None,
                         help="also measure these kernels (default: all) with the persistent cache")
+    parser.add_argument("--no-second", action="store_true", help="skip the second run in the same process")
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -94,6 +96,8 @@ def main():
         return
     import jax
 
+    if args.no_second:
+        os.environ["BENCH_COMPILE_SECOND"] = "0"
     rows = []
     for name in args.kernels:
         row = {"plain": measure(name)}
@@ -118,7 +122,8 @@ def main():
         "| cache (MB) |",
         "|---|---:|---:|---:|---:|",
     ]
-    both = lambda r, k: "failed" if "error" in r else f"{r[k + '_cpu']:.1f} / {r[k]:.1f}"
+    both = lambda r, k: ("failed" if "error" in r else "-" if r[k] != r[k]
+                         else f"{r[k + '_cpu']:.1f} / {r[k]:.1f}")
     for row in rows:
         p = row["plain"]
         cached = f"{both(row['cached'], 'first')} | {row['cache_mb']:.1f}" if "cached" in row else "- | -"

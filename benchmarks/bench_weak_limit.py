@@ -52,6 +52,7 @@ import numpy as np
 from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
 
 SECTION = "## Weak-limit blocked Gibbs"
+SECTION_PYHSMM = "## Weak-limit sweep side by side with pyhsmm"
 
 # pyhsmm (Cython/C++ weak-limit sampler), numbers quoted in the issue
 REFERENCE_MS = {("expA", 1000, 15): 3.2, ("expA", 10000, 15): 8.0, ("2d", 10000, 30): 24.0}
@@ -376,6 +377,10 @@ def main():
                 f"shared with other jobs (load average {os.getloadavg()[0]:.1f} at the end), jax {jax.__version__}.\n\n"
                 + pyhsmm_table(res, blocks, block_sweeps))
         print(text)
+        if args.write:
+            cmd = ("python benchmarks/bench_weak_limit.py --pyhsmm-only --pyhsmm PYTHON [--pyhsmm-path DIR]"
+                   + (" --quick" if args.quick else "") + " --write")
+            print(f"wrote {write_section(SECTION_PYHSMM, cmd, text)}")
         return
 
     def say(msg=""):

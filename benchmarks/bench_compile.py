@@ -82,32 +82,10 @@ def measure(name: str, cache_dir=None) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
-    parser.add_argument("--cache", nargs="*", choices=KERNELS, default=None,
-                        help="also measure these kernels (default: all) with the persistent cache")
-    parser.add_argument("--no-second", action="store_true", help="skip the second run in the same process")
-    parser.add_argument("--write", action="store_true")
-    parser.add_argument("--_child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args._child:
-        child(args._child)
-        return
+def table_text(rows) -> str:
+    """The markdown table of ``docs/benchmarks.md`` from the rows :func:`main` collects."""
     import jax
 
-    if args.no_second:
-        os.environ["BENCH_COMPILE_SECOND"] = "0"
-    rows = []
-    for name in args.kernels:
-        row = {"plain": measure(name)}
-        if args.cache is not None and (not args.cache or name in args.cache):
-            with tempfile.TemporaryDirectory() as d:
-                row["fill"] = measure(name, d)
-                row["cached"] = measure(name, d)
-                row["cache_mb"] = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 2**20
-        rows.append(row)
-        print(json.dumps(row), flush=True)
     load = os.getloadavg()[0]
     lines = [
         f"`MCMC(kernel, num_warmup={WARMUP}, num_samples={SAMPLES}, num_chains=1).run` on the README's model "
@@ -128,7 +106,34 @@ def main():
         p = row["plain"]
         cached = f"{both(row['cached'], 'first')} | {row['cache_mb']:.1f}" if "cached" in row else "- | -"
         lines.append(f"| `{p['kernel']}` | {both(p, 'first')} | {both(p, 'second')} | {cached} |")
-    text = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
+    parser.add_argument("--cache", nargs="*", choices=KERNELS, default=None,
+                        help="also measure these kernels (default: all) with the persistent cache")
+    parser.add_argument("--no-second", action="store_true", help="skip the second run in the same process")
+    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--_child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._child:
+        child(args._child)
+        return
+    if args.no_second:
+        os.environ["BENCH_COMPILE_SECOND"] = "0"
+    rows = []
+    for name in args.kernels:
+        row = {"plain": measure(name)}
+        if args.cache is not None and (not args.cache or name in args.cache):
+            with tempfile.TemporaryDirectory() as d:
+                row["fill"] = measure(name, d)
+                row["cached"] = measure(name, d)
+                row["cache_mb"] = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 2**20
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    text = table_text(rows)
     print(text)
     if args.write:
         print("wrote " + write_section(SECTION, "python benchmarks/bench_compile.py " + " ".join(sys.argv[1:]), text))

@@ -20,10 +20,17 @@ Measures, on the default JAX device in float32:
   sweeps on ``fox_experiment_a(num_steps=10000, seed=s)`` for a few seeds ``s`` (the chain
   uses the same seed), sticky (kappa with a Gamma prior) and non-sticky (``nh.HDPHMM``).
 
-Reference numbers (pyhsmm's Cython/C++ weak-limit sampler, as quoted in the issue) are printed
-next to ours.  Usage:
+* side by side with pyhsmm (:func:`compare_pyhsmm`, ``--pyhsmm PYTHON``): pyhsmm's Cython/C++
+  weak-limit sampler runs in a subprocess (``benchmarks/pyhsmm_worker.py`` under the Python of a
+  venv built by ``../shared/bench/pyhsmm/build.sh``) on the same data with the same prior
+  (constant gamma = 1, alpha = 1, kappa = 10, the data-scaled NIW prior); blocks of sweeps of
+  the two alternate so machine load affects both; per-sweep minima and medians and their ratios.
+  Without ``--pyhsmm`` the table quotes the numbers of the issue.
+
+Usage:
 
     python benchmarks/bench_weak_limit.py [--quick] [--write] [--repeats N] [--skip-accuracy]
+        [--pyhsmm VENV/bin/python [--pyhsmm-path DIR]] [--pyhsmm-only]
 
 ``--quick`` restricts the grid to ``T`` in {1e3, 1e4} and ``L`` in {10, 30}, runs fewer ESS
 samples and accuracy seeds and measures the memory at ``T = 1e5``; ``--write`` replaces the
@@ -45,6 +52,7 @@ import numpy as np
 from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
 
 SECTION = "## Weak-limit blocked Gibbs"
+SECTION_PYHSMM = "## Weak-limit sweep side by side with pyhsmm"
 
 # pyhsmm (Cython/C++ weak-limit sampler), numbers quoted in the issue
 REFERENCE_MS = {("expA", 1000, 15): 3.2, ("expA", 10000, 15): 8.0, ("2d", 10000, 30): 24.0}
@@ -250,6 +258,99 @@ def final_hamming(sticky, seed, T=10000, L=15, sweeps=300):
     return float(nh.diagnostics.hamming_distance(states, truth)), int(state.num_states)
 
 
+# ------------------------------------------------------------------------------ pyhsmm
+# (label, data, T, L, D): Fox et al.'s experiment A data (1-D) and the 2-D synthetic data
+PYHSMM_CONFIGS = (("Fox A", "expA", 1000, 15, 1), ("Fox A", "expA", 1000, 50, 1), ("Fox A", "expA", 10000, 15, 1),
+                  ("Fox A", "expA", 10000, 50, 1), ("2-D", "2d", 10000, 30, 2))
+
+
+class _PyhsmmWorker:
+    """``benchmarks/pyhsmm_worker.py`` in a subprocess (JSON lines on stdin/stdout)."""
+
+    def __init__(self, python, path=None):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        if path:
+            env["PYTHONPATH"] = path
+        worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyhsmm_worker.py")
+        self.proc = subprocess.Popen([python, worker], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=env)
+
+    def call(self, **msg):
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the pyhsmm worker exited (is pyhsmm importable with --pyhsmm/--pyhsmm-path?)")
+        return json.loads(line)
+
+    def close(self):
+        try:
+            self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait(timeout=60)
+
+
+def compare_pyhsmm(python, path=None, blocks=6, sweeps=10, configs=PYHSMM_CONFIGS, say=print):
+    """ms per sweep of ``WeakLimitGibbs(fixed_model(L))`` (float32) and of pyhsmm's
+    ``WeakLimitStickyHDPHMM.resample_model()`` (float64, one OpenBLAS thread) on the same data:
+    ``blocks`` alternating blocks of ``sweeps`` sweeps each after compilation and 10 warm-up
+    sweeps; returns ``{(label, T, L): {"ours": [s, ...], "pyhsmm": [s, ...]}}`` (per-sweep times)."""
+    import tempfile
+
+    import jax
+
+    from numpyro_hdphmm.infer import WeakLimitGibbs
+
+    out = {}
+    worker = _PyhsmmWorker(python, path)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for label, data, T, L, D in configs:
+                y = experiment_a_data(T)[0] if data == "expA" else synthetic_data(T, D)
+                npz = os.path.join(tmp, f"{data}_{T}.npz")
+                np.savez(npz, y=np.asarray(y, np.float64).reshape(T, -1))
+                worker.call(cmd="setup", data=npz, L=L, seed=0, warmup=10)
+                kernel = WeakLimitGibbs(fixed_model(L))
+                state = kernel.init(jax.random.key(0), 0, None, (y,), {})
+                step = jax.jit(lambda s, kernel=kernel, y=y: kernel.sample(s, (y,), {}))
+                for _ in range(10):
+                    state = _block(step(state))
+                ours, theirs = [], []
+                for _ in range(blocks):
+                    for _ in range(sweeps):
+                        t0 = time.perf_counter()
+                        state = _block(step(state))
+                        ours.append(time.perf_counter() - t0)
+                    theirs += worker.call(cmd="run", n=sweeps)["times"]
+                out[(label, T, L)] = {"ours": ours, "pyhsmm": theirs}
+                say(f"{label} T={T} L={L}: ours min {min(ours) * 1e3:.2f} median {np.median(ours) * 1e3:.2f} ms, "
+                    f"pyhsmm min {min(theirs) * 1e3:.2f} median {np.median(theirs) * 1e3:.2f} ms, ratio of minima "
+                    f"{min(theirs) / min(ours):.2f}, of medians {np.median(theirs) / np.median(ours):.2f}")
+    finally:
+        worker.close()
+    return out
+
+
+def pyhsmm_table(res, blocks, sweeps):
+    lines = [
+        f"Side by side with pyhsmm, one process each, {blocks} alternating blocks of {sweeps} sweeps after 10 "
+        "warm-up sweeps (and our compilation); both samplers with constant gamma = 1, alpha = 1, kappa = 10 and "
+        "the data-scaled NIW prior (`GaussianNIW.weakly_informative`), the same data; ours float32, pyhsmm float64 "
+        "with one OpenBLAS thread.  ms per sweep, minimum and median over the sweeps; speed-up = pyhsmm / ours.",
+        "",
+        "| data | T | L | ours min (ms) | pyhsmm min (ms) | speed-up (minima) | ours median | pyhsmm median | "
+        "speed-up (medians) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (label, T, L), r in res.items():
+        o, p = np.asarray(r["ours"]) * 1e3, np.asarray(r["pyhsmm"]) * 1e3
+        lines.append(f"| {label} | {T} | {L} | {o.min():.2f} | {p.min():.2f} | **{p.min() / o.min():.2f}x** | "
+                     f"{np.median(o):.2f} | {np.median(p):.2f} | {np.median(p) / np.median(o):.2f}x |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------ main
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -257,10 +358,29 @@ def main():
     parser.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
     parser.add_argument("--repeats", type=int, default=10, help="timed sweeps per configuration (median)")
     parser.add_argument("--skip-accuracy", action="store_true", help="skip the Hamming-distance comparison")
+    parser.add_argument("--pyhsmm", metavar="PYTHON", help="python of a venv with pyhsmm: run it side by side")
+    parser.add_argument("--pyhsmm-path", help="PYTHONPATH for the pyhsmm worker (e.g. an in-place build)")
+    parser.add_argument("--pyhsmm-only", action="store_true", help="only the side-by-side comparison")
     parser.add_argument("--_peak-memory", nargs=2, type=int, metavar=("T", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._peak_memory:
         _peak_memory_child(*args._peak_memory)
+        return
+    blocks, block_sweeps = (4, 10) if args.quick else (6, 10)
+    if args.pyhsmm_only:
+        if not args.pyhsmm:
+            parser.error("--pyhsmm-only needs --pyhsmm")
+        import jax
+
+        res = compare_pyhsmm(args.pyhsmm, args.pyhsmm_path, blocks, block_sweeps)
+        text = (f"Device: `{jax.devices()[0].device_kind}` ({jax.default_backend()}), {os.cpu_count()} CPU cores "
+                f"shared with other jobs (load average {os.getloadavg()[0]:.1f} at the end), jax {jax.__version__}.\n\n"
+                + pyhsmm_table(res, blocks, block_sweeps))
+        print(text)
+        if args.write:
+            cmd = ("python benchmarks/bench_weak_limit.py --pyhsmm-only --pyhsmm PYTHON [--pyhsmm-path DIR]"
+                   + (" --quick" if args.quick else "") + " --write")
+            print(f"wrote {write_section(SECTION_PYHSMM, cmd, text)}")
         return
 
     def say(msg=""):

@@ -18,9 +18,11 @@ the ``init`` that ``MCMC.run`` calls on a kernel that has not been initialized).
 devices is in ``test_parallel_chains.py`` (slow, a subprocess).
 
 Cost: every ``MCMC`` object compiles its own sampling loop (with the kernel's sweep inside it),
-so the default set runs the checks on ``WeakLimitGibbs`` only (one ``MCMC`` with vectorized
-chains: same key, continuation, the continuation again; then continuation-equals-uninterrupted
-and pickle); the same checks for the other four kernels and the sequential method are slow.
+so the default set runs the same-key check on ``WeakLimitGibbs`` only (one ``MCMC`` with
+vectorized chains: same key, continuation, the continuation again); the same check for the other
+four kernels, and continuation-equals-uninterrupted with the pickle checks for every kernel, are
+slow (``test_weak_limit.py::test_chain_methods_and_resume`` checks ``WeakLimitGibbs``'s
+continuation in the default set).
 Each kernel instance is shared by the module's tests (its compiled ``init`` is reused).
 """
 
@@ -124,8 +126,9 @@ def test_same_key_same_draws(kernels, name):
     assert any(not np.array_equal(other[k], first[k]) for k in first)
 
 
-@pytest.mark.parametrize("method", [None, pytest.param("sequential", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("name", [_slow_unless(n, {"WeakLimitGibbs"}) for n in KERNELS])
+@pytest.mark.slow  # the default set checks WeakLimitGibbs's continuation in test_weak_limit.py
+@pytest.mark.parametrize("method", [None, "sequential"])
+@pytest.mark.parametrize("name", list(KERNELS))
 def test_continuation_equals_uninterrupted_run_and_pickle_resumes(kernels, name, method):
     """Warm-up + N samples, then N more by ``post_warmup_state`` continuation: the two halves of
     one uninterrupted run of warm-up + 2N samples (one chain, or two sequential chains); a pickled

@@ -44,8 +44,14 @@ def assert_same_draws(draws, run, reference="unsharded"):
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
     out = tmp_path_factory.mktemp("sharding") / "four.npz"
-    return run_worker(out, "--devices", "4", "--runs", "unsharded,mesh,unsharded@2,chains2x2@2", "--check-padding",
-                      "--check-svi")
+    return run_worker(out, "--devices", "4", "--runs", "unsharded,mesh", "--check-padding")
+
+
+@pytest.fixture(scope="module")
+def four_devices_more(tmp_path_factory):
+    """The slow set's 4-device run: vectorized chains x sequences, and CollapsedSVI."""
+    out = tmp_path_factory.mktemp("sharding") / "four_more.npz"
+    return run_worker(out, "--devices", "4", "--runs", "unsharded@2,chains2x2@2", "--check-svi")
 
 
 def test_four_devices_make_the_unsharded_draws(four_devices):
@@ -67,33 +73,35 @@ def test_padding_rows_are_dropped(four_devices):
         np.testing.assert_array_equal(four_devices[f"padding{count}/b"], b)
 
 
-def test_chains_and_sequences_on_one_mesh(four_devices):
+@pytest.mark.slow
+def test_chains_and_sequences_on_one_mesh(four_devices_more):
     """2 vectorized chains on a (2, 2) mesh ("chains", "sequences"), WeakLimitGibbs(mesh=...,
     chain_axis="chains"): each device runs one chain's block of 32 sequences, and the draws are those
     of the unsharded vectorized run for the same key, and the chains' states are laid out over the
     chain axis (without ``spmd_axis_name`` they are replicated over it: P(None, 'sequences'))."""
-    assert four_devices["unsharded@2/y_states"].shape == (2 * 4, 64, 12)  # chains x samples, flattened
-    beta = four_devices["unsharded@2/y_beta"]
+    assert four_devices_more["unsharded@2/y_states"].shape == (2 * 4, 64, 12)  # chains x samples, flattened
+    beta = four_devices_more["unsharded@2/y_beta"]
     assert not np.allclose(beta[:4], beta[4:])  # two different chains
-    assert_same_draws(four_devices, "chains2x2@2", reference="unsharded@2")
-    assert str(four_devices["chains2x2@2/states_spec"]) == "P('chains', 'sequences')"
+    assert_same_draws(four_devices_more, "chains2x2@2", reference="unsharded@2")
+    assert str(four_devices_more["chains2x2@2/states_spec"]) == "P('chains', 'sequences')"
 
 
-def test_collapsed_svi_sharded_updates(four_devices):
+@pytest.mark.slow
+def test_collapsed_svi_sharded_updates(four_devices_more):
     """CollapsedSVI on 4 devices (mesh=sequence_mesh()): 4 run() updates with minibatches of 10
     sequences (not a multiple of 4: padded inside the sharded step; two of them HDP updates), then
     update() on all 64: the parameters and the ELBO estimates are the unsharded fitter's up to the
     order of floating-point sums.  The default mesh="auto" takes the 4 devices."""
     prefix = "svi/unsharded/"
-    keys = [k[len(prefix):] for k in four_devices if k.startswith(prefix) and not k.endswith("num_shards")]
+    keys = [k[len(prefix):] for k in four_devices_more if k.startswith(prefix) and not k.endswith("num_shards")]
     assert "losses" in keys and "update/['transition_counts']" in keys and "counts" in keys
-    assert int(four_devices[prefix + "num_shards"]) == 1
-    assert np.all(np.isfinite(four_devices[prefix + "losses"]))
-    assert int(four_devices["svi/auto/num_shards"]) == 4
+    assert int(four_devices_more[prefix + "num_shards"]) == 1
+    assert np.all(np.isfinite(four_devices_more[prefix + "losses"]))
+    assert int(four_devices_more["svi/auto/num_shards"]) == 4
     for run in ("mesh",):
-        assert int(four_devices[f"svi/{run}/num_shards"]) == 4
+        assert int(four_devices_more[f"svi/{run}/num_shards"]) == 4
         for k in keys:
-            np.testing.assert_allclose(four_devices[f"svi/{run}/{k}"], four_devices[prefix + k], rtol=1e-10,
+            np.testing.assert_allclose(four_devices_more[f"svi/{run}/{k}"], four_devices_more[prefix + k], rtol=1e-10,
                                        atol=1e-10, err_msg=f"{run}: {k}")
 
 

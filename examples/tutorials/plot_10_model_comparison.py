@@ -129,7 +129,9 @@ S = states.shape[0]
 subset = {k: v[np.linspace(0, S - 1, min(S, 10)).astype(int)] for k, v in samples.items()}
 paths = nh.viterbi(sticky_model, subset, model_args=(y, jnp.asarray(lengths, jnp.int32)))
 best = int(np.argmax(np.asarray(paths.log_joint).sum(-1)))
-estimate = nh.point_segmentation(states, "vi", lengths=lengths)
+# at most as many clusters as the kernel has state slots, so that the estimate can serve as the
+# reference of relabel_samples below (a partition of the frames could otherwise use more)
+estimate = nh.point_segmentation(states, "vi", lengths=lengths, max_clusters=MAX_STATES)
 
 last = valid_frames(states[-1], lengths)
 viterbi_best = valid_frames(np.asarray(paths.states[best]), lengths)

@@ -161,7 +161,7 @@ tv_correct = 0.5 * np.abs(correct - exact).sum()
 from numpyro_hdphmm._core import hcrp  # noqa: E402  (private: only to break it on purpose)
 
 
-def printed_root_weights(seating, gamma):
+def printed_root_weights(seating, gamma, weak_limit=False):  # the signature of hcrp.root_weights
     root = seating.root.astype(jnp.result_type(gamma, float))  # m_.k of every dish
     return jnp.where(root > 0, root, gamma) / (root + gamma)  # the typo: m_.k + gamma, not m_.. + gamma
 

@@ -16,6 +16,7 @@ os.dup2(2, 1); sys.stdout = sys.stderr
 import numpy as np
 import pyhsmm
 from pyhsmm.internals import hmm_messages_interface as _hmi  # fail loudly if the C++ module is missing
+del _hmi
 from pybasicbayes.distributions import Gaussian
 
 

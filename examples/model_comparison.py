@@ -145,7 +145,7 @@ def main(num_warmup=150, num_samples=100, num_chains=2, max_states=20, seed=0, s
     start = time.perf_counter()
     estimate = nh.point_segmentation(states, "vi", lengths=lengths)
     elapsed = time.perf_counter() - start
-    print(f"\nsticky model, segmentation against the 12 annotated exercises:")
+    print("\nsticky model, segmentation against the 12 annotated exercises:")
     last, viterbi_best = valid_frames(states[-1], lengths), valid_frames(np.asarray(paths.states[best]), lengths)
     print(f"  last draw:                       {int(nh.diagnostics.num_states(last)):2d} states, "
           f"{agreement(last, truth)}")

@@ -2,7 +2,6 @@
 
 import importlib.util
 import pathlib
-import warnings
 
 import pytest
 

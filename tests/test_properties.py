@@ -29,7 +29,6 @@ from jax.scipy.special import logsumexp
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm import emissions as em
-from numpyro_hdphmm.emissions import state_weights
 
 _COMMON = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 FAST = settings(max_examples=3, **_COMMON)

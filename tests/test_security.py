@@ -6,7 +6,6 @@ import builtins
 import socket
 
 import numpy as np
-import pytest
 from numpyro import handlers
 
 import numpyro_hdphmm as nh

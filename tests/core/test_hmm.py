@@ -252,7 +252,6 @@ def test_underflow_fallback_sparse_transitions():
 def _f64_reference_loglik(li, la, ll):
     """Independent float64 numpy forward pass (log space, vectorized over states)."""
     lf = li + ll[0]
-    total = 0.0
     A = np.exp(la)
     parts = []
     for t in range(ll.shape[0]):

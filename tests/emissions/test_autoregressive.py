@@ -258,7 +258,6 @@ def test_sample_parameters_moments():
 def test_sample_observations_least_squares_recovers_A():
     """Long simulated sequences: per-state OLS on hand-built regressors recovers A_k within
     5 standard errors (asymptotic Cov(vec A_hat) = (X^T X)^{-1} kron Sigma)."""
-    rng = np.random.default_rng(7)
     d, order, T = 2, 2, 6000
     fam = AutoRegressive(order, np.zeros((d, d * order + 1)), np.eye(d * order + 1), d + 2.0, np.eye(d))
     A = np.array(

@@ -8,7 +8,6 @@ likelihood)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import pytest
 from numpyro import handlers
 

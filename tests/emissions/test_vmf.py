@@ -395,7 +395,7 @@ def test_validation_errors():
 
 
 def test_weakly_informative():
-    d, kappa = 3, 20.0
+    kappa = 20.0
     mu = unit([1.0, 2.0, -1.0])
     data = scipy_draws(mu, kappa, 5000, seed=11)
     fam = VonMisesFisher.weakly_informative(data)

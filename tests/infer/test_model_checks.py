@@ -2,8 +2,6 @@
 several sequences without ``lengths`` with an inner NUTS site, hyperpriors whose support lets
 the model become invalid, very large capacities, and the weak limit using every slot."""
 
-import warnings
-
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -23,7 +23,9 @@ recorded after every sweep.  Reported per kernel:
   symbol, ``MI = H(symbol) = 1.560``), 6 and 7 states (one or two of ``B, C, D`` split by
   phase, ``1.733``, ``1.906``), the 8-state solution (``log 8 = 2.079``; any refinement of the
   phase reaches it too), and "other" (more than 0.04 from every level: a labelling that merges
-  symbols or mixes phases);
+  symbols or mixes phases, e.g. a single state, MI 0).  The levels are named by the labellings
+  that refine the symbols; merging ``A`` and ``E`` (equal mass ``1/8``) costs ``log(2) / 4``, one
+  level, so e.g. ``1.560`` is also ``A, E`` merged with one of ``B, C, D`` split by phase;
 * the fraction at each level at equal wall time (the cheapest kernel's whole budget).
 
 Usage::

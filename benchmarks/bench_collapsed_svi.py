@@ -326,7 +326,7 @@ def _memory_worker(n_train, passes):
     import numpyro_hdphmm as nh
 
     warnings.filterwarnings("ignore")
-    y, lengths, *_ , V, _ = synthetic_corpus(n_train, 10)
+    y, lengths, _, _, V, _ = synthetic_corpus(n_train, 10)
     model, _ = make_model(V)
     peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # MiB (Linux: KiB)
     svi = nh.infer.CollapsedSVI(model, num_states=K_FIT, batch_size=100, step_size=nh.infer.RobbinsMonro(1.0, 0.7))

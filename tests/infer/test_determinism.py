@@ -18,11 +18,9 @@ the ``init`` that ``MCMC.run`` calls on a kernel that has not been initialized).
 devices is in ``test_parallel_chains.py`` (slow, a subprocess).
 
 Cost: every ``MCMC`` object compiles its own sampling loop (with the kernel's sweep inside it),
-so the default set runs the same-key check on ``WeakLimitGibbs`` only (one ``MCMC`` with
-vectorized chains: same key, continuation, the continuation again); the same check for the other
-four kernels, and continuation-equals-uninterrupted with the pickle checks for every kernel, are
-slow (``test_weak_limit.py::test_chain_methods_and_resume`` checks ``WeakLimitGibbs``'s
-continuation in the default set).
+so every test here is slow; the default set checks ``WeakLimitGibbs``'s same-key draws and
+continuation in ``test_weak_limit.py::test_chain_methods_and_resume`` (two runs with one key, one
+of them continued, agree draw for draw).
 Each kernel instance is shared by the module's tests (its compiled ``init`` is reused).
 """
 
@@ -104,11 +102,8 @@ def _halves(full):
     return ({k: v[:, :NUM_SAMPLES] for k, v in full.items()}, {k: v[:, NUM_SAMPLES:] for k, v in full.items()})
 
 
-def _slow_unless(name, default):
-    return pytest.param(name, marks=() if name in default else pytest.mark.slow)
-
-
-@pytest.mark.parametrize("name", [_slow_unless(n, {"WeakLimitGibbs"}) for n in KERNELS])
+@pytest.mark.slow  # the default set: test_weak_limit.py::test_chain_methods_and_resume (same key, continuation)
+@pytest.mark.parametrize("name", list(KERNELS))
 def test_same_key_same_draws(kernels, name):
     """Vectorized chains: the same key gives identical draws (and the same continuation), another
     key other draws."""

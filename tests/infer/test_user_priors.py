@@ -155,6 +155,7 @@ def _alpha_exact_vs_generic(num_chains=8, num_warmup=100, num_samples=200):
     return z
 
 
+@pytest.mark.slow  # 2 x 8 chains x 300 sweeps; the default set compares the paths in test_exact_and_generic_hyperparameter_paths_agree
 def test_generic_alpha_with_underflowing_rows():
     """The inner kernel sees the rows integrated out (then they are redrawn), so the generic
     update of alpha is exact even where row entries underflow."""

@@ -48,6 +48,7 @@ def test_enumeration_single_sequence(exact_single):
     assert tv < bound, (tv, bound)
 
 
+@pytest.mark.slow  # negative control of test_enumeration_single_sequence (run before every release)
 def test_enumeration_detects_missing_onward_factor(exact_single, monkeypatch):
     """The same test fails for a sampler that drops the factor of the transition out of z_t
     (and the matching count updates), a plausible implementation slip."""

@@ -36,6 +36,7 @@ def test_enumeration_single_sequence(exact_single):
     assert tv < bound, (tv, bound)
 
 
+@pytest.mark.slow  # negative control of the enumeration test above (run before every release)
 def test_enumeration_detects_off_by_one_counts(exact_single, monkeypatch):
     """The same test fails for a sampler whose transition counts are each off by one."""
     real = crp.transition_counts

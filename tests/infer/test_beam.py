@@ -33,6 +33,7 @@ def outlier_model(y):
     nh.sample("y", nh.StickyHDPHMM(gamma, alpha, kappa, emission, max_states=20), obs=y)
 
 
+@pytest.mark.slow  # float32 robustness; the default set keeps the float32 FFBS tests of tests/core
 def test_outliers_get_their_own_state_float32():
     """Issue 21's end-to-end case: two regimes 5 sd apart, T = 400, four observations at 1e6,
     float32.  Before the log-space fallback the sampler lost the admissible path in about one

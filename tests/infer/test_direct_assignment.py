@@ -190,7 +190,7 @@ def _family_data(name, rng):
 
 
 @pytest.mark.parametrize(
-    "name", [n if n in ("gaussian", "poisson") else pytest.param(n, marks=pytest.mark.slow) for n in sorted(FAMILIES)]
+    "name", [n if n == "gaussian" else pytest.param(n, marks=pytest.mark.slow) for n in sorted(FAMILIES)]
 )
 def test_every_family_separates_two_regimes(name):
     y = _family_data(name, np.random.default_rng(1))
@@ -225,7 +225,7 @@ def test_arviz_and_vectorized_chains():
         hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.GaussianNIW.weakly_informative(y), max_states=20)
         nh.sample("y", hmm, obs=y)
 
-    mcmc = MCMC(DirectAssignmentGibbs(model), num_warmup=60, num_samples=30, num_chains=2,
+    mcmc = MCMC(DirectAssignmentGibbs(model), num_warmup=20, num_samples=30, num_chains=2,
                 chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     idata = az.from_numpyro(mcmc)

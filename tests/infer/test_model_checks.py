@@ -25,7 +25,7 @@ def batched_model(y):
     nh.sample("y", hmm, obs=y)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", [k if k is WeakLimitGibbs else pytest.param(k, marks=pytest.mark.slow) for k in KERNELS])
 def test_several_sequences_without_lengths_with_inner_sites(kernel):
     """Issue 21 item 2: ``obs (2, T)`` without ``lengths`` and an inner NUTS site crashed every
     kernel (``'ExpandedDistribution' object has no attribute 'lengths'``)."""

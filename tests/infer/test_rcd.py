@@ -16,6 +16,7 @@ from numpyro_hdphmm._core import hcrp
 from numpyro_hdphmm.infer import DirectAssignmentGibbs, RCDSampler
 
 from _checks import (
+    collapsed_jacobian_counted_twice,
     empirical_tv,
     chi_square_pvalue,
     empirical_tv_keys,
@@ -143,12 +144,27 @@ GEWEKE_STATS = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("hyperparameters", ["collapsed", "auxiliary"])
 @pytest.mark.parametrize("mode", ["stepwise", "beam"])
-def test_geweke(mode):
-    scores = geweke_z_scores(RCDSampler(hyper_model, mode=mode, block_size=3), hyper_model, GEWEKE_STATS,
-                             num_steps=6, num_iterations=6000, num_prior=20000)
-    print("geweke z", mode, scores)
+def test_geweke(mode, hyperparameters):
+    """Both hyperparameter updates: ``"collapsed"`` (the default, re-seating the franchise through
+    ``beta``, :func:`~numpyro_hdphmm.infer.rcd.reseat_with_concentrations`) and ``"auxiliary"``
+    (Fox et al.'s updates given the kept tables)."""
+    kernel = RCDSampler(hyper_model, mode=mode, block_size=3, hyperparameters=hyperparameters)
+    scores = geweke_z_scores(kernel, hyper_model, GEWEKE_STATS, num_steps=6, num_iterations=6000, num_prior=20000)
+    print("geweke z", mode, hyperparameters, scores)
     assert all(abs(z) < 4.5 for z in scores.values()), scores
+
+
+@pytest.mark.slow
+def test_geweke_detects_collapsed_jacobian_counted_twice(monkeypatch):
+    """Negative control of the collapsed update: the ``(alpha, kappa)`` target with the log
+    transform's Jacobian ``alpha kappa`` counted twice."""
+    collapsed_jacobian_counted_twice(monkeypatch)
+    kernel = RCDSampler(hyper_model, mode="stepwise", hyperparameters="collapsed")
+    scores = geweke_z_scores(kernel, hyper_model, GEWEKE_STATS, num_steps=6, num_iterations=6000, num_prior=20000)
+    print("geweke z (Jacobian twice)", scores)
+    assert max(abs(scores["alpha"]), abs(scores["kappa"])) > 4.5, scores
 
 
 # --------------------------------------------------------------------------- agreement, chains

@@ -159,7 +159,8 @@ def test_option_in_the_plan_and_validated():
         capacity = L if cls is WeakLimitGibbs else 8
         plan = cls(_model(capacity)).update_plan(y)
         assert plan.sites("collapsed") == ("alpha", "kappa") and plan.sites("exact") == (), cls.__name__
-        plan = cls(_model(capacity), hyperparameters="auxiliary").update_plan(y)
-        assert plan.sites("exact") == ("alpha", "kappa") and plan.sites("collapsed") == (), cls.__name__
+        if cls in (WeakLimitGibbs, PGAS, RCDSampler):  # (one discovery each: keep the default suite cheap)
+            plan = cls(_model(capacity), hyperparameters="auxiliary").update_plan(y)
+            assert plan.sites("exact") == ("alpha", "kappa") and plan.sites("collapsed") == (), cls.__name__
         with pytest.raises(ValueError, match="hyperparameters"):
             cls(_model(capacity), hyperparameters="gibbs")

@@ -15,9 +15,14 @@ sampling, and the normalized Hamming distance of the last draw to the true state
 Usage (from the repository root)::
 
     python benchmarks/bench_hyperparameters.py [--num-warmup 300] [--num-samples 300]
-        [--num-chains 2] [--seeds 0 1 2] [--write]
+        [--num-chains 2] [--seeds 0 1 2] [--kernels WeakLimitGibbs] [--repeats 3] [--write]
 
-``--write`` replaces the "Hyperparameter mixing" section of ``docs/benchmarks.md``.
+``--write`` replaces the "Hyperparameter mixing" section of ``docs/benchmarks.md``.  With
+``--kernels PGAS RCDSampler`` (any of :data:`KERNELS` but the weak limit) the same measurement is
+made for those kernels on the same model (their default options; capacity ``max_states = 20``),
+each kernel's updates compiled first and then run alternately for every seed (interleaved,
+so that the shared machine's load hits them alike) with ``"auxiliary"`` and ``"collapsed"`` (3 cycles, the
+default); ``--write`` then replaces the section "PGAS and RCDSampler hyperparameter mixing".
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _docs import write_section  # noqa: E402
 
 SECTION = "## Hyperparameter mixing"
+SECTION_OTHERS = "## PGAS and RCDSampler hyperparameter mixing"
+#: kernels the script can run (the weak limit samples ``weak_limit(model)``, the others the infinite model)
+KERNELS = ("WeakLimitGibbs", "PGAS", "RCDSampler", "BeamSampler", "DirectAssignmentGibbs")
 FIELDS = ("gamma", "alpha", "kappa", "num_states", "lp")
 #: (label, hyperparameters, slice-sampling cycles per sweep of the collapsed updates)
 UPDATES = (("auxiliary", "auxiliary", None), ("collapsed, 1 cycle", "collapsed", 1), ("collapsed, 3 cycles", "collapsed", 3))
@@ -45,33 +53,47 @@ def readme_model():
     return experiment_a_model(20)
 
 
-def run(hyperparameters, cycles, num_warmup, num_samples, num_chains, seed):
+def run(hyperparameters, cycles, num_warmup, num_samples, num_chains, seed, kernel="WeakLimitGibbs", repeats=3):
     """One configuration: ``{"seconds", "compile_seconds", "ms_per_sweep", "hamming", field:
-    {"ess", "ess_per_s", "rhat", "mean"}}``.  ``cycles``: ``hyper_cycles`` of
-    :func:`numpyro_hdphmm._core.crp.sample_global` (the kernels leave it at its default; set here
-    by wrapping the function the algorithms call), ``None`` for the default."""
-    from numpyro_hdphmm._core import crp
-
-    if cycles is not None:
-        original = crp.sample_global
-        crp.sample_global = lambda *a, **k: original(*a, **{**k, "hyper_cycles": cycles})
-    try:
-        return _run(hyperparameters, num_warmup, num_samples, num_chains, seed)
-    finally:
-        if cycles is not None:
-            crp.sample_global = original
+    {"ess", "ess_per_s", "rhat", "mean"}}`` (:func:`run_interleaved` of one configuration)."""
+    return run_interleaved([(kernel, hyperparameters, cycles)], num_warmup, num_samples, num_chains, seed, repeats)[0]
 
 
-def _run(hyperparameters, num_warmup, num_samples, num_chains, seed, repeats=3):
-    import arviz as az
+def run_interleaved(configs, num_warmup, num_samples, num_chains, seed, repeats=3):
+    """Several configurations ``(kernel, hyperparameters, cycles)`` on one data set: each compiled
+    first, then the compiled runs alternated ``repeats`` times (so that the load of a shared
+    machine falls on all of them alike) and the fastest run of each kept.  ``cycles``:
+    ``hyper_cycles`` of :func:`numpyro_hdphmm._core.crp.sample_global` (the kernels leave it at its
+    default; set here by wrapping the function the algorithms call while compiling), ``None`` for
+    the default.  Returns one :func:`run` result per configuration."""
+    prepared = [_prepare(*config, num_warmup, num_samples, num_chains, seed) for config in configs]
+    best = [(float("inf"), None)] * len(prepared)
+    for _ in range(repeats):
+        for i, p in enumerate(prepared):
+            t0 = time.perf_counter()
+            _, traces = _block(p["compiled"](p["state"]))
+            seconds = time.perf_counter() - t0
+            if seconds < best[i][0]:
+                best[i] = (seconds, traces)
+    return [_summary(p, seconds, traces, num_warmup, num_chains) for p, (seconds, traces) in zip(prepared, best)]
+
+
+def _block(x):
+    import jax
+
+    return jax.block_until_ready(x)
+
+
+def _prepare(kernel, hyperparameters, cycles, num_warmup, num_samples, num_chains, seed):
     import jax
 
     import numpyro_hdphmm as nh
-    from numpyro_hdphmm.infer import WeakLimitGibbs
+    from numpyro_hdphmm import infer
+    from numpyro_hdphmm._core import crp
 
     data = nh.datasets.fox_experiment_a(num_steps=1000, seed=seed)
     y = np.asarray(data.observations, np.float32)
-    kernel = WeakLimitGibbs(readme_model(), hyperparameters=hyperparameters)
+    kernel = getattr(infer, kernel)(readme_model(), hyperparameters=hyperparameters)
     state = kernel.init(jax.random.split(jax.random.key(seed), num_chains), num_warmup, None, (y,), {})
 
     def body(s, _):
@@ -80,15 +102,25 @@ def _run(hyperparameters, num_warmup, num_samples, num_chains, seed, repeats=3):
 
     sweeps = num_warmup + num_samples
     scan = jax.jit(lambda s: jax.lax.scan(body, s, None, length=sweeps))
-    t0 = time.perf_counter()
-    compiled = scan.lower(state).compile()
-    compile_s = time.perf_counter() - t0
-    seconds = float("inf")
-    for _ in range(repeats):  # the same compiled run again: the fastest of the repeats (a shared machine)
+    original = crp.sample_global
+    if cycles is not None:
+        crp.sample_global = lambda *a, **k: original(*a, **{**k, "hyper_cycles": cycles})
+    try:
         t0 = time.perf_counter()
-        _, traces = jax.block_until_ready(compiled(state))
-        seconds = min(seconds, time.perf_counter() - t0)
-    out = {"seconds": seconds, "compile_seconds": compile_s, "ms_per_sweep": 1e3 * seconds / sweeps}
+        compiled = scan.lower(state).compile()
+        compile_s = time.perf_counter() - t0
+    finally:
+        crp.sample_global = original
+    return {"compiled": compiled, "state": state, "data": data, "sweeps": sweeps, "compile_seconds": compile_s}
+
+
+def _summary(prepared, seconds, traces, num_warmup, num_chains):
+    import arviz as az
+
+    import numpyro_hdphmm as nh
+
+    sweeps, data = prepared["sweeps"], prepared["data"]
+    out = {"seconds": seconds, "compile_seconds": prepared["compile_seconds"], "ms_per_sweep": 1e3 * seconds / sweeps}
     for name, x in zip(FIELDS, traces[:5]):
         x = np.asarray(x, dtype=float).reshape(sweeps, num_chains)[num_warmup:].T  # (chains, draws)
         ess = float(az.ess(x)) if np.ptp(x) > 0 else float("nan")
@@ -99,11 +131,13 @@ def _run(hyperparameters, num_warmup, num_samples, num_chains, seed, repeats=3):
     return out
 
 
-def table(results, num_warmup, num_samples, num_chains):
+def table(results, num_warmup, num_samples, num_chains, updates=UPDATES):
+    """Markdown tables of ``results`` keyed by ``(update label, seed)``: per seed, then the medians
+    over seeds of each update in ``updates``."""
     lines = ["| update | seed | ms / sweep | " + " | ".join(f"{f} ESS (ESS/s, R-hat)" for f in FIELDS)
              + " | Hamming (last draw) |", "|---|---:|---:|" + "---:|" * len(FIELDS) + "---|"]
     for (update, seed), r in results.items():
-        cells = [f"{r[f]['ess']:.0f} ({r[f]['ess_per_s']:.0f}, {r[f]['rhat']:.2f})" for f in FIELDS]
+        cells = [f"{r[f]['ess']:.0f} ({r[f]['ess_per_s']:.1f}, {r[f]['rhat']:.2f})" for f in FIELDS]
         lines.append(f"| {update} | {seed} | {r['ms_per_sweep']:.2f} | " + " | ".join(cells)
                      + f" | {', '.join(f'{h:.3f}' for h in r['hamming'])} |")
     # medians over seeds
@@ -113,14 +147,25 @@ def table(results, num_warmup, num_samples, num_chains):
     lines.append("")
     lines.append("| update | ms / sweep | " + " | ".join(f"{f} ESS/s" for f in FIELDS) + " |")
     lines.append("|---|---:|" + "---:|" * len(FIELDS))
-    for update, _, _ in UPDATES:
+    for update, _, _ in updates:
         rs = [r for (u, _), r in results.items() if u == update]
         if not rs:
             continue
         med = lambda f: np.median([r[f]["ess_per_s"] for r in rs])
         lines.append(f"| {update} | {np.median([r['ms_per_sweep'] for r in rs]):.2f} | "
-                     + " | ".join(f"{med(f):.0f}" for f in FIELDS) + " |")
+                     + " | ".join(f"{med(f):.1f}" for f in FIELDS) + " |")
     return "\n".join(lines)
+
+
+def kernel_updates(kernels):
+    """``(label, kernel, hyperparameters, cycles)`` of each kernel's runs: the weak limit with
+    :data:`UPDATES`, the others with the auxiliary and the default collapsed (3 cycles) updates."""
+    out = []
+    for kernel in kernels:
+        updates = UPDATES if kernel == "WeakLimitGibbs" else (UPDATES[0], UPDATES[2])
+        prefix = "" if kernels == ["WeakLimitGibbs"] else f"{kernel}, "
+        out += [(prefix + label, kernel, hyperparameters, cycles) for label, hyperparameters, cycles in updates]
+    return out
 
 
 def main():
@@ -129,21 +174,40 @@ def main():
     parser.add_argument("--num-samples", type=int, default=300)
     parser.add_argument("--num-chains", type=int, default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--kernels", nargs="+", default=["WeakLimitGibbs"], choices=KERNELS)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each compiled scan (the fastest is timed)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
 
     import jax
 
+    runs = kernel_updates(args.kernels)
     results = {}
     for seed in args.seeds:
-        for update, hyperparameters, cycles in UPDATES:
-            r = run(hyperparameters, cycles, args.num_warmup, args.num_samples, args.num_chains, seed)
-            results[(update, seed)] = r
-            print(update, seed, {k: (v if not isinstance(v, dict) else {kk: round(vv, 3) for kk, vv in v.items()})
-                                 for k, v in r.items()}, flush=True)
-    text = table(results, args.num_warmup, args.num_samples, args.num_chains)
+        for kernel in args.kernels:  # one kernel's updates interleaved (compiled first, then runs alternated)
+            mine = [r for r in runs if r[1] == kernel]
+            outs = run_interleaved([(k, h, c) for _, k, h, c in mine], args.num_warmup, args.num_samples,
+                                   args.num_chains, seed, args.repeats)
+            for (update, _, _, _), r in zip(mine, outs):
+                results[(update, seed)] = r
+                print(update, seed, {k: (v if not isinstance(v, dict) else {kk: round(vv, 3) for kk, vv in v.items()})
+                                     for k, v in r.items()}, flush=True)
+    text = table(results, args.num_warmup, args.num_samples, args.num_chains,
+                 [(label, h, c) for label, _, h, c in runs])
     print(text)
-    if args.write:
+    if args.write and args.kernels != ["WeakLimitGibbs"]:
+        cmd = "python benchmarks/bench_hyperparameters.py " + " ".join(sys.argv[1:])
+        dev = jax.devices()[0]
+        header = (f"Device: `{dev.platform}`, float32, {os.cpu_count()} CPU cores (shared with other jobs: "
+                  f"the seconds are noisy), jax {jax.__version__}.  The README's main example as in "
+                  "\"Hyperparameter mixing\" above (Fox et al.'s experiment A, T = 1000; Gamma priors on gamma, alpha, "
+                  f"kappa; capacity 20), {', '.join(f'`{k}`' for k in args.kernels)} with their default options and "
+                  "`hyperparameters=\"auxiliary\"` or `\"collapsed\"` (3 slice-sampling cycles, the default), the "
+                  "two updates of a kernel compiled first (one `lax.scan` each) and then run alternately "
+                  f"{args.repeats} times per seed, the fastest run of each timed (compilation excluded).  Per seed, bulk ESS, ESS per second and R-hat "
+                  "over the kept draws:\n\n")
+        print("wrote", write_section(SECTION_OTHERS, cmd, header + text))
+    elif args.write:
         cmd = "python benchmarks/bench_hyperparameters.py " + " ".join(sys.argv[1:])
         dev = jax.devices()[0]
         header = (f"Device: `{dev.platform}`, float32, {os.cpu_count()} CPU cores (shared with other jobs: "

@@ -271,7 +271,13 @@ def host_warning(fn, value, *args) -> None:
     (6000 prior draws in a vmapped ``Predictive``: 6000 Python calls); here the batching rule
     sums ``value`` over the batch axis first, so the host is called once per call site.  ``fn``
     must therefore read ``value`` as a count or flag summed over draws; ``args`` are static
-    (hashable) and passed through."""
+    (hashable) and passed through.
+
+    ``fn`` must do nothing when every entry of ``value`` is zero (no overflow, no non-finite
+    site): the callback then is not made at all (a ``lax.cond`` on ``any(value != 0)``).  A host
+    callback made in every call costs about 70 us of a compiled sweep on XLA:CPU (measured, jax
+    0.10), more than a whole sweep's non-FFBS work at ``T = 10^3``; behind the ``cond`` it is
+    made only in the rare sweep that warns."""
     _summed_callback(fn, tuple(args))(jnp.asarray(value))
 
 
@@ -279,7 +285,10 @@ def host_warning(fn, value, *args) -> None:
 def _summed_callback(fn, args):
     @jax.custom_batching.custom_vmap
     def call(value):
-        jax.debug.callback(lambda v: fn(v, *args), value)
+        def warn(v):
+            jax.debug.callback(lambda u: fn(u, *args), v)
+
+        jax.lax.cond(jnp.any(value != 0), warn, lambda v: None, value)
         return value
 
     @call.def_vmap

@@ -441,9 +441,9 @@ class HDPKernel(MCMCKernel):
         uses Fox et al.'s auxiliary-variable updates given the tables.  Both are exact; on the
         README's example the collapsed updates give bulk ESS 350-620 of 600 draws for ``gamma``,
         ``alpha`` and ``kappa`` where the auxiliary ones give 4-290, at a similar cost per sweep
-        (``docs/benchmarks.md``, "Hyperparameter mixing").  Kernels whose algorithm keeps no
-        explicit ``beta`` (:class:`~numpyro_hdphmm.infer.RCDSampler`) or whose collapsed update
-        is not yet verified (:class:`~numpyro_hdphmm.infer.PGAS`) use ``"auxiliary"``.
+        (``docs/benchmarks.md``, "Hyperparameter mixing").  :class:`~numpyro_hdphmm.infer.RCDSampler`,
+        which keeps no ``beta``, draws ``beta`` given its tables first and re-seats the franchise
+        afterwards (:func:`numpyro_hdphmm.infer.rcd.reseat_with_concentrations`).
     :param verbose: print the update plan (:meth:`update_plan`) at initialization.
     :param init_strategy: where the chains start (:mod:`numpyro_hdphmm.infer.initialization`):
         ``"data"`` (default: the states from clustering windows of the observations, refined with

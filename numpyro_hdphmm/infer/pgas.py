@@ -54,7 +54,11 @@ beta_rem)``, ``pi_j = (pi_j1..pi_jK, pi_j,rem)`` (start row last).  One sweep:
    emissions keep their slots), :func:`~numpyro_hdphmm.infer.beam.drop_unused`;
 3. emission parameters from their conditionals given the states;
 4. tables, hyperparameters, ``beta`` and the rows: the shared global step
-   :func:`numpyro_hdphmm._core.crp.sample_global` (Fox et al. Alg. 1 step 3, eqs. 31-37).
+   :func:`numpyro_hdphmm._core.crp.sample_global` (Fox et al. Alg. 1 step 3, eqs. 31-37), with the
+   kernel's ``hyperparameters`` option: ``"collapsed"`` (default) slice-samples ``(alpha, kappa) |
+   z, beta`` with the rows and tables integrated out (:func:`~numpyro_hdphmm._core.crp.sample_alpha_kappa_collapsed`)
+   and ``gamma | mbar`` with ``beta`` integrated out, ``"auxiliary"`` uses Fox et al.'s
+   auxiliary-variable updates given the tables (eqs. 50-56).
 
 Diagnostics (:class:`PGASInfo`): the particles' effective sample size per step (mean and minimum
 over the sweep's steps, relative to ``N``), whether the returned path is the reference path,
@@ -398,7 +402,8 @@ class ParticleGibbs(Algorithm):
         params, sigma = emission.update_parameters(
             k_theta, flatten_time(data.x), weights.reshape(-1, capacity), params, view.dp_concentration_prior)
         # 4. tables, hyperparameters, beta, rows
-        draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False)
+        draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False,
+                                 hyperparameters=spec.hyperparameters)
         hyper_values = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
         return Explicit(states, draw.beta, draw.trans, params, hyper_values), info
 
@@ -424,7 +429,17 @@ class PGAS(HDPKernel):
         adapted on the instantiated states, ``O(T N K)``; fewer particles wasted on states the
         observation rules out, at K times the cost per particle).
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
-    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
+    :param exact_hyperparameters: use the exact updates of the concentrations where they apply
+        (``False``: every hyperparameter site goes to the inner kernel).
+    :param hyperparameters: how the concentrations with an exact update are drawn in the global
+        step (:func:`numpyro_hdphmm._core.crp.sample_global`): ``"collapsed"`` (default) slice-samples
+        ``(log(alpha + kappa), logit(kappa / (alpha + kappa)))`` from ``p(alpha, kappa | z, beta)``
+        with the rows integrated out (a product of Dirichlet-multinomials, Fox et al. eq. 76), then
+        the tables given the new values and ``log gamma`` from ``p(gamma | mbar)`` with ``beta``
+        integrated out (Teh et al. 2006 eq. 20); ``"auxiliary"`` draws the tables and then Fox et
+        al.'s auxiliary-variable updates given them (App. III, eqs. 50-56).  Both leave the
+        posterior invariant (Geweke test, ``tests/infer/test_pgas.py``); the collapsed updates mix
+        the concentrations faster per sweep (``docs/benchmarks.md``, "PGAS hyperparameter mixing").
     :param verbose: print the update plan at initialization.
     :param mesh: must be ``None``: PGAS runs unsharded (its sequences are visited in turn, sharing
         the states they create; ``docs/scaling.md``); a mesh raises ``NotImplementedError``.
@@ -436,7 +451,8 @@ class PGAS(HDPKernel):
     """
 
     def __init__(self, model, num_particles: int = 10, proposal: str = "prior", *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, verbose: bool = False, init_strategy="data", mesh=None):
+                 exact_hyperparameters: bool = True, hyperparameters: str = "collapsed", verbose: bool = False,
+                 init_strategy="data", mesh=None):
         if mesh is not None:
             raise NotImplementedError(
                 "PGAS(mesh=...) is not supported: its sweep is not data-parallel over sequences (the sequences "
@@ -450,7 +466,5 @@ class PGAS(HDPKernel):
         if proposal not in PROPOSALS:
             raise ValueError(f"`proposal` must be one of {PROPOSALS}, got {proposal!r}.")
         self.algorithm = ParticleGibbs(num_particles, proposal)
-        # auxiliary: PGAS's global step has not been checked with the collapsed updates (its Geweke test runs
-        # the auxiliary ones); the update plan must say what the step does
         super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
-                         init_strategy=init_strategy, hyperparameters="auxiliary")
+                         init_strategy=init_strategy, hyperparameters=hyperparameters)

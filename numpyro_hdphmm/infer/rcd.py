@@ -42,9 +42,13 @@ prior predictive):
   block), accepted with the ratio of eq. 34's ``q``.
 
 ``split_merge=n`` adds ``n`` split-merge moves per sweep (Algs. 9-10,
-:mod:`numpyro_hdphmm.infer.split_merge`).  Then the concentrations with an exact update are drawn
-by the auxiliary-variable method from the table counts the sampler keeps
-(:func:`~numpyro_hdphmm._core.crp.resample_hyperparameters`; no Antoniak draw is needed).
+:mod:`numpyro_hdphmm.infer.split_merge`).  Then the concentrations with an exact update are drawn:
+``hyperparameters="collapsed"`` (default) through ``beta`` drawn given the tables, ``(alpha,
+kappa)`` with the rows and tables integrated out, the franchise re-seated at the new values and
+``gamma`` with ``beta`` integrated out (:func:`reseat_with_concentrations`);
+``hyperparameters="auxiliary"`` by the auxiliary-variable method from the table counts the
+sampler keeps (:func:`~numpyro_hdphmm._core.crp.resample_hyperparameters`; no Antoniak draw is
+needed).
 
 For the record (:meth:`RCD.explicit`): ``beta | s ~ Dir(mbar_.1, ..., mbar_.K, gamma)`` (Teh et
 al. 2006 eq. 37), the rows ``| beta, counts`` and the emission parameters from their conjugate
@@ -83,7 +87,7 @@ from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_swee
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["RCDSampler", "RCD", "RCDState", "RCDInfo", "MODES", "SweepResult", "single_step_sweep", "block_sweep",
-           "settle"]
+           "settle", "reseat_with_concentrations"]
 
 MODES = ("stepwise", "slice", "blocked", "beam")
 _SEATING_KWARG = "_rcd_seating"
@@ -447,6 +451,44 @@ def block_sweep(rng_key, state: CollapsedState, ctx: Context, statistics, num_st
     return SweepResult(state, accepted, attempted, overflow)
 
 
+# ------------------------------------------------------------------------ collapsed hyperparameters
+def reseat_with_concentrations(rng_key, state: CollapsedState, ctx: Context, view: ModelView):
+    r"""The collapsed hyperparameter update of the restricted collapsed draw: ``(state, hyper,
+    overflow)`` with a new seating and new concentrations.
+
+    The sampler's state is ``(z, m, w)`` (``beta`` and the rows integrated out).  One partially
+    collapsed Gibbs cycle through ``beta`` (van Dyk & Park 2008):
+
+    1. ``beta | m, gamma ~ Dir(mbar_.1, ..., mbar_.K, gamma)`` (Teh et al. 2006 eq. 37), its
+       exact conditional (every occupied state has an informative table: the transition into it,
+       or the start restaurant's table for a sequence's first state);
+    2. the global step :func:`~numpyro_hdphmm._core.crp.sample_global` with
+       ``hyperparameters="collapsed"``: ``(alpha, kappa) | z, beta`` with the rows **and the
+       tables** integrated out (slice sampling of a product of Dirichlet-multinomials, Fox et al.
+       eq. 76), the tables ``(m, w) | z, beta, alpha, kappa`` afresh (Antoniak counts and
+       overrides, Fox et al. Alg. 1 step 3), ``gamma | mbar`` with ``beta`` integrated out (Teh et
+       al. 2006 eq. 20);
+    3. ``beta`` (and the rows that step draws) forgotten: the new seating is the new tables.
+
+    Step 1 draws ``beta`` from its conditional, so the cycle is a kernel on ``(z, m, w, gamma,
+    alpha, kappa)``; each draw is from a conditional of the joint with only variables that are
+    redrawn before they are used again integrated out, so it leaves the collapsed posterior
+    invariant.  Unlike the auxiliary-variable update (:func:`~numpyro_hdphmm._core.crp.resample_hyperparameters`
+    given the kept tables), ``alpha`` and ``kappa`` are not drawn given tables that were seated at
+    their old values.  ``overflow``: a cell got more tables than the Stirling ratio table covers
+    (``hcrp.table_capacity``).  Cost ``O(N T + K^2)``.
+    """
+    dtype = ctx.log_ratios.dtype
+    k_beta, k_global = random.split(rng_key)
+    beta = crp.sample_beta(k_beta, state.seating.root, ctx.hyper.gamma, weak_limit=False).astype(dtype)
+    states = state.labels.reshape(view.data.valid.shape)
+    draw = crp.sample_global(k_global, states, view.data.lengths, beta, ctx.hyper, view.priors, weak_limit=False,
+                             hyperparameters="collapsed")
+    seating = hcrp.seating_from_tables(draw.n, draw.first, draw.tables)
+    overflow = jnp.any(seating.m > ctx.log_ratios.shape[1] - 1)
+    return state._replace(seating=seating), draw.hyper, overflow
+
+
 # ------------------------------------------------------------------------ the inner kernel's model
 class _SeatingDensity(dist.Distribution):
     """The states site of the inner kernel's model: the probability of the states and the
@@ -554,7 +596,8 @@ class RCD(Algorithm):
 
     def step(self, rng_key, state: RCDState, spec: ModelSpec, view: ModelView):
         """One sweep: the mode's moves, ``split_merge`` split-merge moves, the exact
-        hyperparameter updates from the kept tables."""
+        hyperparameter updates (collapsed, re-seating the franchise, or auxiliary-variable ones
+        from the kept tables)."""
         capacity = spec.capacity
         dtype = self._dtype(view)
         k_sweep, k_split, k_hyper, k_sigma = random.split(rng_key, 4)
@@ -575,11 +618,15 @@ class RCD(Algorithm):
             moves = split_merge_sweep(k_split, collapsed, ctx, statistics, self.split_merge)
             collapsed, overflow = moves.state, overflow | moves.overflow
             split_merge_accept = moves.accepted.astype(dtype) / self.split_merge
-        # the concentrations with exact updates, from the tables the sampler keeps
-        seating = collapsed.seating
-        hyper = crp.resample_hyperparameters(k_hyper, ctx.hyper, view.priors, hcrp.table_counts(seating),
-                                             seating.n[:capacity], seating.n[capacity], weak_limit=False,
-                                             max_total=view.data.valid.size)
+        # the concentrations with exact updates
+        if spec.hyperparameters == "collapsed":
+            collapsed, hyper, reseated_overflow = reseat_with_concentrations(k_hyper, collapsed, ctx, view)
+            overflow = overflow | reseated_overflow
+        else:  # from the tables the sampler keeps
+            seating = collapsed.seating
+            hyper = crp.resample_hyperparameters(k_hyper, ctx.hyper, view.priors, hcrp.table_counts(seating),
+                                                 seating.n[:capacity], seating.n[capacity], weak_limit=False,
+                                                 max_total=view.data.valid.size)
         hyper = crp.Concentrations(*(jnp.asarray(v, dtype) for v in hyper))
         sigma = state.dp_concentration
         if spec.hyper.dp_concentration is not None:
@@ -663,8 +710,16 @@ class RCDSampler(HDPKernel):
     :param split_merge: split-merge moves per sweep (Algs. 9-10, with early rejection).
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``), which sees
         ``beta`` and the rows integrated out and the seating kept.
-    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply
-        (from the table counts the sampler keeps).
+    :param exact_hyperparameters: use the exact updates of the concentrations where they apply
+        (``False``: every hyperparameter site goes to the inner kernel).
+    :param hyperparameters: how those concentrations are drawn after the moves: ``"collapsed"``
+        (default; :func:`reseat_with_concentrations`) draws ``beta | tables ~ Dir(mbar_.k, gamma)``,
+        slice-samples ``(alpha, kappa) | z, beta`` with the rows and the tables integrated out
+        (Fox et al. eq. 76), re-seats the franchise (tables and overrides given the new values,
+        Fox et al. Alg. 1 step 3), slice-samples ``gamma | mbar`` with ``beta`` integrated out and
+        forgets ``beta``: a partially collapsed Gibbs cycle, exact for the collapsed posterior;
+        ``"auxiliary"`` applies Fox et al.'s auxiliary-variable updates (App. III, eqs. 50-56)
+        given the table counts the sampler keeps.
     :param verbose: print the update plan at initialization.
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
@@ -676,9 +731,8 @@ class RCDSampler(HDPKernel):
     """
 
     def __init__(self, model, mode: str = "slice", block_size: int = 10, split_merge: int = 0, *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, verbose: bool = False, init_strategy="data"):
+                 exact_hyperparameters: bool = True, hyperparameters: str = "collapsed", verbose: bool = False,
+                 init_strategy="data"):
         self.algorithm = RCD(mode, block_size, split_merge)
-        # auxiliary: the seating is the state and beta is integrated out, so the collapsed update given beta
-        # (crp.sample_alpha_kappa_collapsed) has no beta to condition on; the tables it keeps serve Fox et al.'s update
         super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
-                         init_strategy=init_strategy, hyperparameters="auxiliary")
+                         init_strategy=init_strategy, hyperparameters=hyperparameters)

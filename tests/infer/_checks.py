@@ -239,6 +239,17 @@ def printed_gamma_update(rng_key, gamma, num_dishes, num_informative_tables, sha
     return jnp.where(num_informative_tables > 0, g, draws.gamma(k_g, jnp.asarray(shape, dtype), rate))
 
 
+def collapsed_jacobian_counted_twice(monkeypatch):
+    """Negative control of the collapsed ``(alpha, kappa)`` update: its likelihood
+    (``numpyro_hdphmm._core.crp.log_states_given_beta``) times an extra ``alpha kappa``, the
+    Jacobian of the log transform counted twice (a plausible slip)."""
+    from numpyro_hdphmm._core import crp
+
+    real = crp.log_states_given_beta
+    monkeypatch.setattr(crp, "log_states_given_beta",
+                        lambda beta, a, k, n, first: real(beta, a, k, n, first) + jnp.log(a) + jnp.log(k))
+
+
 # ------------------------------------------------------------ exact joint of states and tables
 def _table_choices(n, first, kappa):
     """Every table configuration of a partition's counts: ``(m (K+1, K), w (K,))`` with ``m_jk``

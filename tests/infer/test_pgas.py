@@ -24,17 +24,19 @@ from numpyro_hdphmm.infer import PGAS, HDPKernel, WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer import pgas
 
 import test_beam
-from _checks import three_regime_model, empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, printed_gamma_update, tv_bound
+from _checks import (three_regime_model, collapsed_jacobian_counted_twice, empirical_tv, exact_infinite_posterior, final_states,
+                     geweke_z_scores, printed_gamma_update, tv_bound)
 
 
-def pgas_kernel(model, num_particles, proposal):
-    """The algorithm behind any proposal, including the fully adapted one that ``PGAS`` refuses
-    until it passes the Geweke test (the exact tests below still exercise it)."""
+def pgas_kernel(model, num_particles, proposal, hyperparameters="auxiliary"):
+    """The algorithm behind ``PGAS`` built directly on ``HDPKernel`` (any proposal, any particle
+    count), with the global step's ``hyperparameters`` update (the auxiliary one, which the tests
+    below were written for, unless asked)."""
 
     class Kernel(HDPKernel):
         algorithm = pgas.ParticleGibbs(num_particles, proposal)
 
-    return Kernel(model)
+    return Kernel(model, hyperparameters=hyperparameters)
 
 
 def drop_transition_term(real):
@@ -207,22 +209,41 @@ GEWEKE_LIMIT = 4.5
 GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=3000, num_prior=20000)
 
 
-def _geweke(proposal):
+def _geweke(proposal, hyperparameters="auxiliary"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
-        return geweke_z_scores(pgas_kernel(hyper_model, 4, proposal), hyper_model, test_beam._stats(),
+        return geweke_z_scores(pgas_kernel(hyper_model, 4, proposal, hyperparameters), hyper_model, test_beam._stats(),
                                **GEWEKE_RUN)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("proposal", ["posterior", "prior"])
 def test_geweke_with_hyperparameter_updates(proposal):
-    """Measured (16 chains x 3000): prior proposal max |z| 2.78, posterior proposal 1.53.  (The
-    earlier posterior proposal that integrated the new states' parameters out per particle failed
-    here: z -6.31 for pi_first_self, +5.80 for num_states.)"""
+    """Auxiliary-variable updates.  Measured (16 chains x 3000): prior proposal max |z| 2.78,
+    posterior proposal 1.53.  (The earlier posterior proposal that integrated the new states'
+    parameters out per particle failed here: z -6.31 for pi_first_self, +5.80 for num_states.)"""
     z = _geweke(proposal)
     print(f"Geweke z ({proposal}):", {k: round(float(v), 2) for k, v in z.items()})
     assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
+
+
+@pytest.mark.slow
+def test_geweke_with_collapsed_hyperparameter_updates():
+    """``PGAS``'s default global step, the collapsed updates (``crp.sample_global(...,
+    hyperparameters="collapsed")``), with the prior proposal: the same nine statistics."""
+    z = _geweke("prior", "collapsed")
+    print("Geweke z (collapsed):", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
+
+
+@pytest.mark.slow
+def test_geweke_detects_collapsed_jacobian_counted_twice(monkeypatch):
+    """Negative control of the collapsed test: the ``(alpha, kappa)`` target with the log
+    transform's Jacobian ``alpha kappa`` counted twice."""
+    collapsed_jacobian_counted_twice(monkeypatch)
+    z = _geweke("prior", "collapsed")
+    print("Geweke z (collapsed, Jacobian twice):", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(z["alpha"]), abs(z["kappa"])) > GEWEKE_LIMIT, z
 
 
 @pytest.mark.slow

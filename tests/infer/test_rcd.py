@@ -12,10 +12,11 @@ import pytest
 from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm._core import hcrp
+from numpyro_hdphmm._core import crp, hcrp
 from numpyro_hdphmm.infer import DirectAssignmentGibbs, RCDSampler
 
 from _checks import (
+    collapsed_jacobian_counted_twice,
     empirical_tv,
     chi_square_pvalue,
     empirical_tv_keys,
@@ -118,6 +119,23 @@ def test_enumeration_detects_printed_denominator(monkeypatch):
     assert tv > bound and p_value < 1e-4, (tv, bound, p_value)
 
 
+def non_sticky_tables(real):
+    """A broken re-seating: the tables drawn from the non-sticky conditional (``kappa`` left out:
+    concentrations ``alpha beta_k``, no override tables)."""
+    return lambda key, n, first, beta, alpha, kappa, max_total: real(key, n, first, beta, alpha, 0.0 * kappa, max_total)
+
+
+@pytest.mark.slow
+def test_enumeration_detects_non_sticky_reseating(monkeypatch):
+    """Negative control of the collapsed update's re-seating (the default, checked by the joint
+    test above with fixed concentrations, where it re-seats the franchise every sweep): with the
+    tables drawn as if ``kappa = 0`` the joint of the tables is wrong.  (A subtler slip, ``beta``
+    at its conditional mean instead of a draw, was not detected at ``T = 4``: TV 0.051, bound 0.11.)"""
+    monkeypatch.setattr(crp, "sample_table_counts", non_sticky_tables(crp.sample_table_counts))
+    tv, bound, p_value = joint_tv(RCDSampler(fixed_model(*STICKY), mode="stepwise"), Y4, STICKY)
+    assert tv > bound and p_value < 1e-4, (tv, bound, p_value)
+
+
 # --------------------------------------------------------------------------- arguments
 def test_bad_arguments():
     model = fixed_model(*STICKY)
@@ -143,12 +161,27 @@ GEWEKE_STATS = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("hyperparameters", ["collapsed", "auxiliary"])
 @pytest.mark.parametrize("mode", ["stepwise", "beam"])
-def test_geweke(mode):
-    scores = geweke_z_scores(RCDSampler(hyper_model, mode=mode, block_size=3), hyper_model, GEWEKE_STATS,
-                             num_steps=6, num_iterations=6000, num_prior=20000)
-    print("geweke z", mode, scores)
+def test_geweke(mode, hyperparameters):
+    """Both hyperparameter updates: ``"collapsed"`` (the default, re-seating the franchise through
+    ``beta``, :func:`~numpyro_hdphmm.infer.rcd.reseat_with_concentrations`) and ``"auxiliary"``
+    (Fox et al.'s updates given the kept tables)."""
+    kernel = RCDSampler(hyper_model, mode=mode, block_size=3, hyperparameters=hyperparameters)
+    scores = geweke_z_scores(kernel, hyper_model, GEWEKE_STATS, num_steps=6, num_iterations=6000, num_prior=20000)
+    print("geweke z", mode, hyperparameters, scores)
     assert all(abs(z) < 4.5 for z in scores.values()), scores
+
+
+@pytest.mark.slow
+def test_geweke_detects_collapsed_jacobian_counted_twice(monkeypatch):
+    """Negative control of the collapsed update: the ``(alpha, kappa)`` target with the log
+    transform's Jacobian ``alpha kappa`` counted twice."""
+    collapsed_jacobian_counted_twice(monkeypatch)
+    kernel = RCDSampler(hyper_model, mode="stepwise", hyperparameters="collapsed")
+    scores = geweke_z_scores(kernel, hyper_model, GEWEKE_STATS, num_steps=6, num_iterations=6000, num_prior=20000)
+    print("geweke z (Jacobian twice)", scores)
+    assert max(abs(scores["alpha"]), abs(scores["kappa"])) > 4.5, scores
 
 
 # --------------------------------------------------------------------------- agreement, chains

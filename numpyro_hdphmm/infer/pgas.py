@@ -439,7 +439,7 @@ class PGAS(HDPKernel):
         integrated out (Teh et al. 2006 eq. 20); ``"auxiliary"`` draws the tables and then Fox et
         al.'s auxiliary-variable updates given them (App. III, eqs. 50-56).  Both leave the
         posterior invariant (Geweke test, ``tests/infer/test_pgas.py``); the collapsed updates mix
-        the concentrations faster per sweep (``docs/benchmarks.md``, "PGAS hyperparameter mixing").
+        the concentrations faster per sweep (``docs/benchmarks.md``, "PGAS and RCDSampler hyperparameter mixing").
     :param verbose: print the update plan at initialization.
     :param mesh: must be ``None``: PGAS runs unsharded (its sequences are visited in turn, sharing
         the states they create; ``docs/scaling.md``); a mesh raises ``NotImplementedError``.

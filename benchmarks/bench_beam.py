@@ -36,6 +36,11 @@ Usage::
 
 ``--quick``: ``T`` in {1e3, 1e4}, 300 sweeps on set A; ``--write`` replaces the "Beam sampler"
 section of ``docs/benchmarks.md`` (with ``--set-a-only``: only its set A subsection).
+
+``--set-a-default [--set-a-chains 8] [--set-a-kernels ...] [--set-a-sweeps 1000]``: only set A, from
+each kernel's default ``init_strategy`` instead of 10 random labels (issue 16's target: 4 large
+states in every chain within 300 sweeps, Hamming < 0.05 after 1000); ``--write`` replaces the
+subsection "PGAS synthetic set A from the default initialization".
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from _docs import write_section  # benchmarks/_docs.py (scripts run from this fo
 
 SECTION = "## Beam sampler"
 SET_A_HEADING = "### PGAS synthetic set A"
+SET_A_DEFAULT_HEADING = "### PGAS synthetic set A from the default initialization"
 KERNELS = ("BeamSampler", "WeakLimitGibbs", "DirectAssignmentGibbs")
 
 
@@ -171,10 +177,13 @@ def discovery(T, K, sweeps, checkpoints, mean_precision=None, seed=0):
     return out
 
 
-def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
-    """Set A from 10 states: first sweep with exactly 4 states per chain, final Hamming per
-    chain, ESS of num_states over the last half and ESS/s (wall time of that half), seconds,
-    overflow count, final states, mean states in use over the last half."""
+def set_a_run(cls, K, sweeps, num_chains=4, seed=0, start="random10", checkpoint=300):
+    """Set A from 10 states (``start="random10"``: uniform random labels, the owned sites made
+    consistent with them) or from the kernel's default ``init_strategy`` (``start="default"``):
+    first sweep with exactly 4 states per chain, final Hamming per chain, the Hamming distance and
+    the number of large states at sweep ``checkpoint``, ESS of num_states over the last half and
+    ESS/s (wall time of that half), seconds, overflow count, final states, mean states in use over
+    the last half."""
     import arviz as az
     import jax
     import jax.numpy as jnp
@@ -184,15 +193,19 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
     data = nh.datasets.pgas_set_a(num_steps=4000, seed=seed)
     y = data.observations.astype(np.float32)
     T = y.shape[0]
-    rng = np.random.default_rng(seed)
-    init_states = jnp.asarray(rng.integers(0, 10, size=(num_chains, T)), jnp.int32)
     kernel = cls(set_a_model(K))
     keys = jax.random.split(jax.random.key(seed), num_chains)
-    init = {"y_states": init_states}
-    if cls.__name__ == "WeakLimitGibbs":
-        init.update(_weak_limit_init(init_states, y, K))
-    elif cls.__name__ == "DirectAssignmentGibbs":
-        init["y_beta"] = _infinite_beta(num_chains, K)
+    init = None
+    if start == "random10":
+        rng = np.random.default_rng(seed)
+        init_states = jnp.asarray(rng.integers(0, 10, size=(num_chains, T)), jnp.int32)
+        init = {"y_states": init_states}
+        if cls.__name__ == "WeakLimitGibbs":
+            init.update(_weak_limit_init(init_states, y, K))
+        elif cls.__name__ == "DirectAssignmentGibbs":
+            init["y_beta"] = _infinite_beta(num_chains, K)
+    elif start != "default":
+        raise ValueError(f"`start` must be 'random10' or 'default', got {start!r}.")
     state = kernel.init(keys, 0, init, (y,), {})
 
     min_steps = int(np.ceil(0.01 * T))
@@ -202,10 +215,15 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
         counts = jax.vmap(lambda z: jnp.zeros(K, jnp.int32).at[z].add(1))(s.z["y_states"])
         return s, (s.num_states, jnp.sum(counts >= min_steps, -1), s.overflow)
 
-    run = jax.jit(lambda s: jax.lax.scan(body, s, None, length=sweeps))
-    compiled = run.lower(state).compile()
+    checkpoint = min(checkpoint, sweeps)
+    run_to = lambda n: jax.jit(lambda s: jax.lax.scan(body, s, None, length=n)).lower(state).compile()
+    first_part, second_part = run_to(checkpoint), (run_to(sweeps - checkpoint) if sweeps > checkpoint else None)
     t0 = time.perf_counter()
-    state, (num_states, num_large, overflow) = _block(compiled(state))
+    state, (num_states, num_large, overflow) = _block(first_part(state))
+    mid = np.asarray(state.z["y_states"])
+    if second_part is not None:
+        state, rest = _block(second_part(state))
+        num_states, num_large, overflow = (jnp.concatenate([a, b]) for a, b in zip((num_states, num_large, overflow), rest))
     seconds = time.perf_counter() - t0
     num_states = np.asarray(num_states).T  # (chains, sweeps)
     num_large = np.asarray(num_large).T
@@ -214,6 +232,7 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
     reach_large = [first(nl == 4) for nl in num_large]
     final = np.asarray(state.z["y_states"])
     hamming = [float(nh.diagnostics.hamming_distance(final[c], data.states)) for c in range(num_chains)]
+    hamming_mid = [float(nh.diagnostics.hamming_distance(mid[c], data.states)) for c in range(num_chains)]
     tail = num_states[:, sweeps // 2:].astype(float)
     ess = float(az.ess(tail)) if np.ptp(tail) > 0 else float("nan")
     tail_s = seconds * (sweeps - sweeps // 2) / sweeps
@@ -224,7 +243,8 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0):
         occupancy.append(sorted(zip(np.round(mu.astype(float), 2).tolist(), counts.tolist())))
     hyper = {k: np.round(np.asarray(state.z[k], float), 2).tolist() for k in ("gamma", "alpha")}
     return {"reach": reach, "reach_large": reach_large, "final_large": [int(n) for n in num_large[:, -1]],
-            "hamming": hamming, "ess": ess, "ess_per_s": ess / tail_s, "seconds": seconds,
+            "hamming": hamming, "hamming_mid": hamming_mid, "checkpoint": checkpoint,
+            "large_mid": [int(n) for n in num_large[:, checkpoint - 1]], "ess": ess, "ess_per_s": ess / tail_s, "seconds": seconds,
             "occupancy": occupancy, "hyper": hyper,
             "overflow": int(np.sum(np.asarray(overflow))), "final_states": [int(n) for n in num_states[:, -1]],
             "tail_mean": float(tail.mean()), "trace": num_states}
@@ -299,15 +319,42 @@ def set_a_text(set_a, sweeps):
     return "\n".join(lines)
 
 
-def write_set_a_subsection(command, text):
-    """Replace only the set A subsection of the "Beam sampler" section of docs/benchmarks.md."""
+def set_a_default_text(set_a, sweeps, num_chains):
+    """The table of :func:`set_a_run` results from the kernels' default initialization (issue 16's
+    set A target: 4 large states in every chain within 300 sweeps, Hamming < 0.05 after 1000)."""
+    checkpoint = next(iter(set_a.values()))["checkpoint"]
+    lines = [
+        f"The set-up above (T = 4000, 4 true states, capacity / L = 40), {num_chains} vectorized chains from each "
+        f"kernel's default `init_strategy` (no `init_params`), {sweeps} sweeps.  Issue 16's target: 4 large "
+        f"states (each >= 1% of the steps) in every chain within {checkpoint} sweeps, Hamming < 0.05 after 1000.",
+        "",
+        f"| kernel | sweeps to 4 large states (per chain) | large states at sweep {checkpoint} | Hamming at sweep "
+        f"{checkpoint} | Hamming after sweep {sweeps} | final states (large) | s |",
+        "|---|---|---|---|---|---|---:|",
+    ]
+    for name, r in set_a.items():
+        reach_large = ", ".join("-" if v is None else str(v) for v in r["reach_large"])
+        fin = ", ".join(f"{v} ({w})" for v, w in zip(r["final_states"], r["final_large"]))
+        lines.append(f"| {name} | {reach_large} | {', '.join(map(str, r['large_mid']))} | "
+                     f"{', '.join(f'{h:.3f}' for h in r['hamming_mid'])} | {', '.join(f'{h:.3f}' for h in r['hamming'])} "
+                     f"| {fin} | {r['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def write_set_a_subsection(command, text, heading=SET_A_HEADING):
+    """Replace only the set A subsection ``heading`` of the "Beam sampler" section of docs/benchmarks.md
+    (appended after the first set A subsection if it is not there yet)."""
     path = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks.md"))
     body = open(path).read()
-    block = f"{SET_A_HEADING}\n\nGenerated by `{command}`.\n\n{text}\n"
-    pattern = re.compile(re.escape(SET_A_HEADING) + r".*?(?=\n### |\n## |\Z)", re.S)
+    block = f"{heading}\n\nGenerated by `{command}`.\n\n{text}\n"
+    pattern = re.compile(re.escape(heading) + r"\n.*?(?=\n### |\n## |\Z)", re.S)
     if not pattern.search(body):
-        raise SystemExit(f"no '{SET_A_HEADING}' subsection in {path}: run the full benchmark with --write first")
-    body = pattern.sub(lambda _: block, body, count=1)
+        first = re.compile(re.escape(SET_A_HEADING) + r"\n.*?(?=\n### |\n## |\Z)", re.S)
+        if not first.search(body):
+            raise SystemExit(f"no '{SET_A_HEADING}' subsection in {path}: run the full benchmark with --write first")
+        body = first.sub(lambda m: m.group(0).rstrip("\n") + "\n\n" + block, body, count=1)
+    else:
+        body = pattern.sub(lambda _: block, body, count=1)
     with open(path, "w") as fh:
         fh.write(body)
     return path
@@ -320,10 +367,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=10, help="timed sweeps per configuration (median)")
     parser.add_argument("--set-a-only", action="store_true", help="only the set A study")
     parser.add_argument("--set-a-sweeps", type=int, default=None, help="sweeps on set A (default 1000, quick 300)")
+    parser.add_argument("--set-a-default", action="store_true",
+                        help="only set A from each kernel's default init_strategy (its own subsection of the set A study)")
+    parser.add_argument("--set-a-chains", type=int, default=8, help="chains of --set-a-default")
+    parser.add_argument("--set-a-kernels", nargs="+", default=["BeamSampler", "WeakLimitGibbs", "DirectAssignmentGibbs",
+                                                              "PGAS", "RCDSampler"], help="kernels of --set-a-default")
     args = parser.parse_args()
 
     import jax
 
+    from numpyro_hdphmm import infer
     from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
 
     def say(msg=""):
@@ -333,6 +386,21 @@ def main():
     device = (f"Device: `{jax.devices()[0].device_kind}` ({jax.default_backend()}), float32, {os.cpu_count()} CPU "
               f"cores, jax {jax.__version__}; load average {os.getloadavg()[0]:.1f} at the start (shared machine: "
               "timings vary between runs, read the ratios as rough).")
+    if args.set_a_default:
+        results = {}
+        for name in args.set_a_kernels:
+            results[name] = r = set_a_run(getattr(infer, name), 40, sweeps, num_chains=args.set_a_chains,
+                                          start="default")
+            say(f"set A (default start) {name}: reach 4 large states at {r['reach_large']}, large at "
+                f"{r['checkpoint']}: {r['large_mid']}, Hamming there {np.round(r['hamming_mid'], 3).tolist()}, "
+                f"final {np.round(r['hamming'], 3).tolist()}, final states {r['final_states']}, {r['seconds']:.0f} s")
+        text = f"{device}\n\n{set_a_default_text(results, sweeps, args.set_a_chains)}"
+        say(text)
+        if args.write:
+            cmd = (f"python benchmarks/bench_beam.py --set-a-default --set-a-sweeps {sweeps} --set-a-chains "
+                   f"{args.set_a_chains} --set-a-kernels {' '.join(args.set_a_kernels)} --write")
+            say(f"wrote {write_set_a_subsection(cmd, text, SET_A_DEFAULT_HEADING)}")
+        return
     lines = [device, ""]
     if not args.set_a_only:
         Ts = [1000, 10000] if args.quick else [1000, 10000, 100000]

@@ -5,8 +5,8 @@ Model: the README's (``README.md``): Fox et al.'s experiment A (T = 1000, 3 stat
 Gamma(1, 0.01)``, ``alpha ~ Gamma(1, 0.01)``, ``kappa ~ Gamma(10, 0.1)``, ``GaussianNIW.
 weakly_informative``, ``max_states = 20``, float32.  For each update and seed, ``num_chains``
 chains of ``WeakLimitGibbs`` vmapped (what ``MCMC(..., chain_method="vectorized")`` runs) from
-the kernel's initialization, the collapsed updates with 1 and with 3 slice-sampling cycles per
-sweep, ``num_warmup + num_samples`` sweeps in one ``lax.scan`` compiled
+the kernel's initialization, the collapsed updates with 1 (the weak limit's default) and with 3
+slice-sampling cycles of ``(alpha, kappa)`` per sweep, 3 of ``gamma``, ``num_warmup + num_samples`` sweeps in one ``lax.scan`` compiled
 ahead of time (seconds = sampling only, compilation reported apart), the same sweeps for every
 update; the seconds are the fastest of 3 runs of the compiled scan.  Over the last ``num_samples`` draws: bulk ESS (``arviz.ess``) and R-hat (``arviz.rhat``)
 of ``gamma``, ``alpha``, ``kappa``, ``num_states`` and the log joint ``lp``, ESS per second of
@@ -42,15 +42,23 @@ SECTION_OTHERS = "## PGAS and RCDSampler hyperparameter mixing"
 #: kernels the script can run (the weak limit samples ``weak_limit(model)``, the others the infinite model)
 KERNELS = ("WeakLimitGibbs", "PGAS", "RCDSampler", "BeamSampler", "DirectAssignmentGibbs")
 FIELDS = ("gamma", "alpha", "kappa", "num_states", "lp")
-#: (label, hyperparameters, slice-sampling cycles per sweep of the collapsed updates)
-UPDATES = (("auxiliary", "auxiliary", None), ("collapsed, 1 cycle", "collapsed", 1), ("collapsed, 3 cycles", "collapsed", 3))
+#: (label, hyperparameters, slice-sampling cycles per sweep of the collapsed updates: ``None`` the
+#: kernel's own, else ``(alpha/kappa cycles, gamma cycles)``)
+UPDATES = (("auxiliary", "auxiliary", None), ("collapsed, 1 + 3 cycles", "collapsed", (1, 3)),
+           ("collapsed, 3 + 3 cycles", "collapsed", (3, 3)))
+#: the other kernels: the auxiliary updates and their default collapsed ones (3 + 3 cycles)
+OTHER_UPDATES = (("auxiliary", "auxiliary", None), ("collapsed, 3 cycles", "collapsed", None))
+
+
+#: capacity of the model (``--max-states``; the README's example itself uses 15)
+MAX_STATES = [20]
 
 
 def readme_model():
-    """The README's model: ``bench_weak_limit.experiment_a_model`` with ``L = 20``."""
+    """The README's model: ``bench_weak_limit.experiment_a_model`` with ``L = 20`` (``--max-states``)."""
     from bench_weak_limit import experiment_a_model
 
-    return experiment_a_model(20)
+    return experiment_a_model(MAX_STATES[0])
 
 
 def run(hyperparameters, cycles, num_warmup, num_samples, num_chains, seed, kernel="WeakLimitGibbs", repeats=3):
@@ -63,9 +71,9 @@ def run_interleaved(configs, num_warmup, num_samples, num_chains, seed, repeats=
     """Several configurations ``(kernel, hyperparameters, cycles)`` on one data set: each compiled
     first, then the compiled runs alternated ``repeats`` times (so that the load of a shared
     machine falls on all of them alike) and the fastest run of each kept.  ``cycles``:
-    ``hyper_cycles`` of :func:`numpyro_hdphmm._core.crp.sample_global` (the kernels leave it at its
-    default; set here by wrapping the function the algorithms call while compiling), ``None`` for
-    the default.  Returns one :func:`run` result per configuration."""
+    ``(hyper_cycles, gamma_cycles)`` of :func:`numpyro_hdphmm._core.crp.sample_global` (set here by
+    wrapping the function the algorithms call while compiling), ``None`` for the kernel's own.
+    Returns one :func:`run` result per configuration."""
     prepared = [_prepare(*config, num_warmup, num_samples, num_chains, seed) for config in configs]
     best = [(float("inf"), None)] * len(prepared)
     for _ in range(repeats):
@@ -104,7 +112,7 @@ def _prepare(kernel, hyperparameters, cycles, num_warmup, num_samples, num_chain
     scan = jax.jit(lambda s: jax.lax.scan(body, s, None, length=sweeps))
     original = crp.sample_global
     if cycles is not None:
-        crp.sample_global = lambda *a, **k: original(*a, **{**k, "hyper_cycles": cycles})
+        crp.sample_global = lambda *a, **k: original(*a, **{**k, "hyper_cycles": cycles[0], "gamma_cycles": cycles[1]})
     try:
         t0 = time.perf_counter()
         compiled = scan.lower(state).compile()
@@ -162,7 +170,7 @@ def kernel_updates(kernels):
     :data:`UPDATES`, the others with the auxiliary and the default collapsed (3 cycles) updates."""
     out = []
     for kernel in kernels:
-        updates = UPDATES if kernel == "WeakLimitGibbs" else (UPDATES[0], UPDATES[2])
+        updates = UPDATES if kernel == "WeakLimitGibbs" else OTHER_UPDATES
         prefix = "" if kernels == ["WeakLimitGibbs"] else f"{kernel}, "
         out += [(prefix + label, kernel, hyperparameters, cycles) for label, hyperparameters, cycles in updates]
     return out
@@ -176,8 +184,10 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--kernels", nargs="+", default=["WeakLimitGibbs"], choices=KERNELS)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each compiled scan (the fastest is timed)")
+    parser.add_argument("--max-states", type=int, default=20, help="the model's capacity L")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    MAX_STATES[0] = args.max_states
 
     import jax
 
@@ -212,7 +222,7 @@ def main():
         dev = jax.devices()[0]
         header = (f"Device: `{dev.platform}`, float32, {os.cpu_count()} CPU cores (shared with other jobs: "
                   f"the seconds are noisy), jax {jax.__version__}.  The README's main example (Fox et al.'s "
-                  "experiment A, T = 1000; Gamma priors on gamma, alpha, kappa; L = 20), `WeakLimitGibbs` with "
+                  f"experiment A, T = 1000; Gamma priors on gamma, alpha, kappa; L = {MAX_STATES[0]}), `WeakLimitGibbs` with "
                   "`hyperparameters=\"auxiliary\"` (Fox et al.'s auxiliary-variable updates given the tables) "
                   "and `\"collapsed\"` (slice sampling of `(log(alpha + kappa), logit rho)` given the states and "
                   "`beta`, rows integrated out, and of `log gamma` given the tables, `beta` integrated out), "

@@ -473,7 +473,8 @@ class GlobalDraw(NamedTuple):
 
 
 def sample_global(rng_key, states, lengths, beta, hyper: Concentrations, priors: HyperPriors, *,
-                  weak_limit: bool, hyperparameters: str = "auxiliary", hyper_cycles: int = 3) -> GlobalDraw:
+                  weak_limit: bool, hyperparameters: str = "auxiliary", hyper_cycles: int = 3,
+                  gamma_cycles: int = 3) -> GlobalDraw:
     """The global step given the state sequences, shared by every sampler with explicit ``beta``.
 
     ``states (N, T)``, ``lengths (N,)``, ``beta (K+1,)`` current weights.
@@ -490,9 +491,11 @@ def sample_global(rng_key, states, lengths, beta, hyper: Concentrations, priors:
     ``gamma | mbar`` with ``beta`` integrated out (:func:`sample_gamma_collapsed`), ``beta |
     tables, gamma`` and the rows: a partially collapsed Gibbs sweep (each block is drawn from its
     conditional with the rows integrated out, and the rows last from their full conditional), so
-    the joint posterior stays invariant.  ``hyper_cycles`` slice-sampling cycles per update (on
-    the README's example 3 cycles give ``kappa`` about 1.4 times the ESS of one for about 8% more
-    time per sweep, ``docs/benchmarks.md``, "Hyperparameter mixing").
+    the joint posterior stays invariant.  ``hyper_cycles`` slice-sampling cycles of the
+    ``(alpha, kappa)`` update (each density evaluation costs ``O(K^2)``) and ``gamma_cycles`` of
+    the ``gamma`` update (``O(K)``); the weak-limit kernel, whose sweep is cheap, uses 1 and 3
+    (``docs/benchmarks.md``, "Hyperparameter mixing": on the README's example 3 cycles of
+    ``(alpha, kappa)`` cost about 30% more time per sweep for no ESS the targets need).
     Without the tables in the loop the concentrations no longer move by the small steps of
     auxiliary variables drawn at their current values.
     """
@@ -510,7 +513,7 @@ def sample_global(rng_key, states, lengths, beta, hyper: Concentrations, priors:
         tables = sample_table_counts(k_tables, n, first, beta, alpha, kappa, max_total)
         if priors.gamma is not None:
             gamma = sample_gamma_collapsed(k_gamma, gamma, jnp.sum(tables.mbar, 0), priors.gamma, weak_limit=weak_limit,
-                                           num_cycles=hyper_cycles)
+                                           num_cycles=gamma_cycles)
         hyper = Concentrations(gamma, alpha, kappa)
     else:
         tables = sample_table_counts(k_tables, n, first, beta, hyper.alpha, hyper.kappa, max_total)

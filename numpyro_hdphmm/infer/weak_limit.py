@@ -189,8 +189,10 @@ class WeakLimit(Algorithm):
         params, sigma = emission.update_parameters(
             k_theta, flatten_time(data.x), weights.reshape(-1, capacity), state.params, view.dp_concentration_prior)
         # 3. tables, hyperparameters, beta, rows
+        # one cycle of the O(L^2) (alpha, kappa) update: this sweep is cheap enough that two more
+        # would add about 30% per sweep (docs/benchmarks.md, "Hyperparameter mixing")
         draw = crp.sample_global(k_global, states, data.lengths, state.beta, view.hyper, view.priors, weak_limit=True,
-                                 hyperparameters=spec.hyperparameters)
+                                 hyperparameters=spec.hyperparameters, hyper_cycles=1, gamma_cycles=3)
         hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
         overflow = jnp.all(used_slots(states, data.lengths, capacity)) | split_overflow
         info = WeakLimitInfo(overflow, ffbs_ok, split_merge_accept)

@@ -5,19 +5,19 @@ returns a small ``NamedTuple``.  Docstrings give the paper, the section and ever
 a paper leaves something unspecified (sequence length, initial-state distribution) the choice
 made here is stated as such.
 
-=========================  ==================================================================
-function                   source
-=========================  ==================================================================
-:func:`fox_experiment_a`   Fox, Sudderth, Jordan & Willsky (2007), Sec. VII, experiment A
-:func:`fox_experiment_b`   Fox et al. (2007), Sec. VII, experiment B (mixture emissions)
-:func:`pgas_set_a`         Tripuraneni, Gu, Ge & Ghahramani (2015), experiments, 4-state set
-:func:`pgas_set_b`         Tripuraneni et al. (2015), experiments, 10-state set
-:func:`rcd_sequence1`      "Restricted collapsed draw" (arXiv:1106.0474, 2011), Sequence 1
-:func:`load_mocap6`        CMU motion capture, 6 exercise sequences (bnpy ``mocap6``)
-:func:`load_alice`         *Alice's Adventures in Wonderland* as words (RCD paper, 2011)
-:func:`load_alice_         *Alice's Adventures in Wonderland* as characters (Tripuraneni et al.
-characters`               2015, experiments, "Alice in Wonderland data")
-=========================  ==================================================================
+=============================  ==================================================================
+function                       source
+=============================  ==================================================================
+:func:`fox_experiment_a`       Fox, Sudderth, Jordan & Willsky (2007), Sec. VII, experiment A
+:func:`fox_experiment_b`       Fox et al. (2007), Sec. VII, experiment B (mixture emissions)
+:func:`pgas_set_a`             Tripuraneni, Gu, Ge & Ghahramani (2015), experiments, 4-state set
+:func:`pgas_set_b`             Tripuraneni et al. (2015), experiments, 10-state set
+:func:`rcd_sequence1`          "Restricted collapsed draw" (arXiv:1106.0474, 2011), Sequence 1
+:func:`load_mocap6`            CMU motion capture, 6 exercise sequences (bnpy ``mocap6``)
+:func:`load_alice`             *Alice's Adventures in Wonderland* as words (RCD paper, 2011)
+:func:`load_alice_characters`  *Alice's Adventures in Wonderland* as characters (Tripuraneni et
+                               al. 2015, experiments, "Alice in Wonderland data")
+=============================  ==================================================================
 
 Synthetic Gaussian observations have shape ``(T, 1)`` (the Gaussian emission families take
 ``(T, D)``); symbol sequences have shape ``(T,)`` of integer categories.

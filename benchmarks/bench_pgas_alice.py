@@ -19,9 +19,9 @@ What this script does (every choice below is ours where the paper is silent):
   concentration ``--concentration`` (0.5), capacity ``--capacity`` (40) slots;
 * kernels: ``nh.infer.PGAS(model, num_particles=10, proposal="prior" | "posterior")`` and
   ``nh.infer.BeamSampler(model)``; each chain starts from ``--init-states`` (10) states with uniformly
-  random labels (as the paper's synthetic experiments; from the kernels' default start,
-  ``init_strategy="data"``, these data give ONE state, and in a trial neither kernel left it within 300
-  sweeps); ``--chains`` vectorized chains per seed, ``--seeds`` seeds; ``--warmup`` sweeps discarded,
+  random labels (as the paper's synthetic experiments; the kernels' default start,
+  ``init_strategy="data"``, puts these data in ONE state: ``--init-states 1`` reproduces it);
+  ``--chains`` vectorized chains per seed, ``--seeds`` seeds; ``--warmup`` sweeps discarded,
   then ``--samples`` sweeps of which every ``--thin``-th is kept; seconds per sweep from the
   compiled blocks of sweeps (compilation excluded), the kernels interleaved seed by seed;
 * predictive log-likelihood of one kept draw ``s`` (transitions ``pi^(s)``, emission probabilities
@@ -184,7 +184,8 @@ def main():
     parser.add_argument("--init-states", type=int, default=10)
     parser.add_argument("--concentration", type=float, default=0.5)
     parser.add_argument("--capacity", type=int, default=40)
-    parser.add_argument("--last-state", action="store_true", help="also the variant started from the last training state")
+    parser.add_argument("--last-state", action="store_true",
+                        help="also the variant started from the last training state")
     parser.add_argument("--quick", action="store_true", help="50 + 50 sweeps, thin 5, 2 chains, one seed")
     parser.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
     args = parser.parse_args()
@@ -278,7 +279,8 @@ def main():
     say(f"| unigram, Dirichlet({args.concentration}) smoothing | {uni:.1f} | | {uni / NUM_TEST:.3f} | 1 | | |{blank}")
     say(f"| bigram, Dirichlet({args.concentration}) smoothing | {big:.1f} | | {big / NUM_TEST:.3f} | 27 | | |{blank}")
     for name, (m, s) in PAPER.items():
-        say(f"| paper: {name} | | {m:.1f} +- {s:.1f} | {m / NUM_TEST:.3f} | {'~10' if name.startswith('PGAS') else ''} | | |{blank}")
+        states = "~10" if name.startswith("PGAS") else ""
+        say(f"| paper: {name} | | {m:.1f} +- {s:.1f} | {m / NUM_TEST:.3f} | {states} | | |{blank}")
     say()
     pg = [n for n in names if n.startswith("pgas")]
     if "beam" in names and pg:
@@ -303,7 +305,9 @@ def main():
             if getattr(args, key) != default:
                 cmd += f" --{key.replace('_', '-')} {getattr(args, key)}"
         cmd += (" --last-state" if args.last_state else "") + " --write"
-        section = SECTION if args.init_states == 10 else f"## Alice characters from {args.init_states} states: PGAS vs beam"
+        plural = "s" if args.init_states != 1 else ""
+        section = (SECTION if args.init_states == 10
+                   else f"## Alice characters from {args.init_states} state{plural}: PGAS vs beam")
         text = header + ".\n\n" + "\n".join(lines)
         print(f"wrote {write_section(section, cmd, text)}")
 

@@ -5,17 +5,19 @@ returns a small ``NamedTuple``.  Docstrings give the paper, the section and ever
 a paper leaves something unspecified (sequence length, initial-state distribution) the choice
 made here is stated as such.
 
-=========================  ==================================================================
-function                   source
-=========================  ==================================================================
-:func:`fox_experiment_a`   Fox, Sudderth, Jordan & Willsky (2007), Sec. VII, experiment A
-:func:`fox_experiment_b`   Fox et al. (2007), Sec. VII, experiment B (mixture emissions)
-:func:`pgas_set_a`         Tripuraneni, Gu, Ge & Ghahramani (2015), experiments, 4-state set
-:func:`pgas_set_b`         Tripuraneni et al. (2015), experiments, 10-state set
-:func:`rcd_sequence1`      "Restricted collapsed draw" (arXiv:1106.0474, 2011), Sequence 1
-:func:`load_mocap6`        CMU motion capture, 6 exercise sequences (bnpy ``mocap6``)
-:func:`load_alice`         *Alice's Adventures in Wonderland* as words (RCD paper, 2011)
-=========================  ==================================================================
+=============================  ==================================================================
+function                       source
+=============================  ==================================================================
+:func:`fox_experiment_a`       Fox, Sudderth, Jordan & Willsky (2007), Sec. VII, experiment A
+:func:`fox_experiment_b`       Fox et al. (2007), Sec. VII, experiment B (mixture emissions)
+:func:`pgas_set_a`             Tripuraneni, Gu, Ge & Ghahramani (2015), experiments, 4-state set
+:func:`pgas_set_b`             Tripuraneni et al. (2015), experiments, 10-state set
+:func:`rcd_sequence1`          "Restricted collapsed draw" (arXiv:1106.0474, 2011), Sequence 1
+:func:`load_mocap6`            CMU motion capture, 6 exercise sequences (bnpy ``mocap6``)
+:func:`load_alice`             *Alice's Adventures in Wonderland* as words (RCD paper, 2011)
+:func:`load_alice_characters`  *Alice's Adventures in Wonderland* as characters (Tripuraneni et
+                               al. 2015, experiments, "Alice in Wonderland data")
+=============================  ==================================================================
 
 Synthetic Gaussian observations have shape ``(T, 1)`` (the Gaussian emission families take
 ``(T, D)``); symbol sequences have shape ``(T,)`` of integer categories.
@@ -42,6 +44,8 @@ __all__ = [
     "rcd_sequence1",
     "load_mocap6",
     "load_alice",
+    "load_alice_characters",
+    "ALICE_ALPHABET",
 ]
 
 
@@ -83,12 +87,14 @@ class MocapDataset(NamedTuple):
 
 
 class TextDataset(NamedTuple):
-    """A tokenized text (see :func:`load_alice`).
+    """A tokenized text (see :func:`load_alice`, :func:`load_alice_characters`).
 
     - tokens : ``(T,)`` int32 ids into ``vocabulary``
-    - vocabulary : tuple of str (by decreasing count, ties alphabetical)
+    - vocabulary : tuple of str (words: by decreasing count, ties alphabetical; characters: the
+      fixed alphabet :data:`ALICE_ALPHABET`)
     - counts : ``(V,)`` int64, ``counts[v]`` = occurrences of ``vocabulary[v]`` in ``tokens``
-    - info : dict (``source``, the paper's reported sizes, ``num_test``, ``eos``, ``unk``)
+    - info : dict (``source``, the paper's reported sizes and train/test split, e.g.
+      ``num_test``; words: ``eos``, ``unk``)
     """
 
     tokens: np.ndarray
@@ -457,3 +463,68 @@ def load_alice(min_count: int = 2) -> TextDataset:
         "paper_vocabulary_size": 1487,
     }
     return TextDataset(tokens, vocabulary, np.array([counts[w] for w in vocabulary], np.int64), info)
+
+
+# ------------------------------------------------------------------------ Alice, characters
+#: the 27 symbols of :func:`load_alice_characters`, in code order: ``a`` = 0, ..., ``z`` = 25, space = 26
+ALICE_ALPHABET: Tuple[str, ...] = tuple("abcdefghijklmnopqrstuvwxyz ")
+
+# a heading line "CHAPTER I. Down the Rabbit-Hole", or "CHAPTER XII" with the title on an indented
+# line after a blank one
+_CHAPTER_HEADING = re.compile(r"^[ \t]*CHAPTER [IVXLC]+\b[^\n]*(?:(?:\n[ \t]*)*\n[ \t]+\S[^\n]*)?", re.M)
+_NOT_LETTER = re.compile(r"[^a-z]+")
+
+
+def _alice_chapters(text: str):
+    """The chapters' texts (headings removed), in order, of the shipped book."""
+    text = text.split("\n", 1)[1] if text.startswith("[") else text  # drop the title line
+    return _CHAPTER_HEADING.split(text)[1:]  # [0] is what precedes chapter I (blank)
+
+
+def load_alice_characters(chapter: Optional[int] = 1) -> TextDataset:
+    r"""*Alice's Adventures in Wonderland* (Carroll 1865) as a character sequence, for the
+    character-prediction experiment of Tripuraneni, Gu, Ge & Ghahramani (2015), "A linear-time
+    particle Gibbs sampler for infinite hidden Markov models", experiments, "Alice in Wonderland
+    data": "trained an iHMM on the 1000 characters from the first chapter of the book, and tested
+    on 4000 subsequent characters from the same chapter" (``info["num_train"] = 1000``,
+    ``info["num_test"] = 4000``: ``tokens[:1000]`` and ``tokens[1000:5000]``).
+
+    The paper gives no alphabet or preparation; the choices made here:
+
+    * source: the shipped plain text (as :func:`load_alice`); the bracketed title line and the
+      chapter headings (``CHAPTER I. Down the Rabbit-Hole``) are dropped;
+    * lower case; apostrophes inside words are deleted (``don't -> dont``, as in
+      :func:`load_alice`); every other run of characters that are not letters (spaces, line
+      breaks, punctuation, digits) becomes ONE space; no leading or trailing space;
+    * alphabet :data:`ALICE_ALPHABET`: ``a``-``z`` coded ``0``-``25`` and the space ``26``
+      (27 symbols), for categorical emissions ``nh.emissions.Categorical(27, ...)``.
+
+    Chapter 1 gives ``T = 10,755`` characters (it begins ``alice was beginning to get very tired
+    of sitting by her sister on the bank and ...``); the whole book (``chapter=None``, chapters
+    joined by one space) ``T = 133,921``.
+
+    Args:
+        chapter: ``1``-``12``, the chapter to return, or ``None`` for the whole book.
+
+    Returns:
+        :class:`TextDataset` ``(tokens (T,) int32 in {0, ..., 26}, vocabulary = ALICE_ALPHABET,
+        counts (27,), info)``; ``"".join(vocabulary[c] for c in tokens)`` is the prepared text.
+    """
+    chapters = _alice_chapters(_data_bytes("alice_in_wonderland.txt").decode("utf-8"))
+    if chapter is not None and (
+        isinstance(chapter, (bool, np.bool_)) or not isinstance(chapter, (int, np.integer))
+        or not 1 <= chapter <= len(chapters)
+    ):
+        raise ValueError(f"`chapter` must be an integer in [1, {len(chapters)}] or None, got {chapter!r}.")
+    parts = chapters if chapter is None else [chapters[int(chapter) - 1]]
+    text = " ".join(_NOT_LETTER.sub(" ", _INNER_APOSTROPHE.sub("", p.lower())).strip() for p in parts)
+    index = {c: i for i, c in enumerate(ALICE_ALPHABET)}
+    tokens = np.fromiter((index[c] for c in text), dtype=np.int32, count=len(text))
+    info = {
+        "source": "Carroll (1865); character experiment of Tripuraneni, Gu, Ge & Ghahramani (2015)",
+        "chapter": None if chapter is None else int(chapter),
+        "num_train": 1000,
+        "num_test": 4000,
+    }
+    return TextDataset(tokens, ALICE_ALPHABET, np.bincount(tokens, minlength=len(ALICE_ALPHABET)).astype(np.int64),
+                       info)

@@ -237,3 +237,32 @@ def test_alice_min_count():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="min_count"):
             D.load_alice(min_count=bad)
+
+
+def test_alice_characters():
+    """Chapter 1 as characters: shape, alphabet, counts, the documented length and opening, round
+    trip against the raw text cleaned by a separate route (words of the raw text, apostrophes
+    joined, joined by single spaces), the whole book, and `chapter` validation."""
+    a = D.load_alice_characters()
+    assert a.vocabulary == D.ALICE_ALPHABET == tuple("abcdefghijklmnopqrstuvwxyz ")
+    assert a.tokens.dtype == np.int32 and a.tokens.shape == (10_755,)
+    assert a.tokens.min() >= 0 and a.tokens.max() <= 26
+    np.testing.assert_array_equal(a.counts, np.bincount(a.tokens, minlength=27))
+    assert (a.info["chapter"], a.info["num_train"], a.info["num_test"]) == (1, 1000, 4000)
+    text = "".join(a.vocabulary[c] for c in a.tokens)
+    raw = importlib.resources.files("numpyro_hdphmm").joinpath("data", "alice_in_wonderland.txt").read_text()
+    start, end = raw.index("CHAPTER I. Down"), raw.index("CHAPTER II.")
+    body = raw[start:end].split("\n", 1)[1]  # heading line dropped
+    words = re.findall(r"[A-Za-z]+(?:'[A-Za-z]+)*", body)
+    assert text == " ".join(w.lower().replace("'", "") for w in words)
+    assert text.startswith("alice was beginning to get very tired of sitting by her sister on the bank and of")
+    assert "  " not in text and text[0] != " " and text[-1] != " "
+    book = D.load_alice_characters(chapter=None)
+    assert book.tokens.shape == (133_921,) and book.info["chapter"] is None
+    np.testing.assert_array_equal(book.tokens[:10_755], a.tokens)
+    last = "".join(book.vocabulary[c] for c in book.tokens[-40:])
+    assert last == "own child life and the happy summer days"
+    assert "".join(book.vocabulary[c] for c in D.load_alice_characters(12).tokens[:30]).startswith("here cried alice")
+    for bad in (0, 13, 1.0, True, "1"):
+        with pytest.raises(ValueError, match="chapter"):
+            D.load_alice_characters(chapter=bad)

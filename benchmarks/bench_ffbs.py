@@ -51,7 +51,9 @@ def numpy_ffbs(rng, log_init, log_a, ll):
     return z, loglik
 
 
-def _time(fn, repeats, budget_s):
+def min_time_ms(fn, repeats, budget_s):
+    """Milliseconds of ``fn()``: one warm-up (compiling) call, then the minimum over ``repeats``
+    calls (fewer once ``budget_s`` seconds have passed)."""
     fn()  # warm-up / compile
     times = []
     start = time.perf_counter()
@@ -96,16 +98,16 @@ def main():
                     res[method] = None
                     continue
                 f = jax.jit(lambda k, a, b, c, m=method: hmm_posterior_sample(k, a, b, c, method=m))
-                res[method] = _time(lambda: jax.block_until_ready(f(key, jli, jla, jll)), args.repeats, 30)
+                res[method] = min_time_ms(lambda: jax.block_until_ready(f(key, jli, jla, jll)), args.repeats, 30)
             if dx_sample is not None:
                 pi, A = jnp.exp(jli), jnp.exp(jla)
                 g = jax.jit(lambda k, p, a, l: dx_sample(k, p, a, l))
-                res["dynamax"] = _time(lambda: jax.block_until_ready(g(key, pi, A, jll)), args.repeats, 30)
+                res["dynamax"] = min_time_ms(lambda: jax.block_until_ready(g(key, pi, A, jll)), args.repeats, 30)
             else:
                 res["dynamax"] = None
             if T * K <= 2e6:
                 r = np.random.default_rng(1)
-                res["numpy"] = _time(lambda: numpy_ffbs(r, li, la, ll), max(1, args.repeats // 3), 30)
+                res["numpy"] = min_time_ms(lambda: numpy_ffbs(r, li, la, ll), max(1, args.repeats // 3), 30)
             else:
                 res["numpy"] = None
             rows.append((T, K, res, flops))

@@ -32,6 +32,7 @@ import os
 import time
 
 from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
+from bench_ffbs import min_time_ms
 
 SECTION = "## GPU"
 FFBS_T = [1000, 10000, 100000, 1000000, 10000000]
@@ -53,17 +54,25 @@ def _save(path, results):
             json.dump(results, fh, indent=1)
 
 
-def _time(fn, repeats, budget_s):
-    """Seconds of ``fn()`` (compiled already by one call): the minimum over repeats."""
-    times = []
-    start = time.perf_counter()
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s:
-            break
-    return min(times)
+def _seconds(fn, repeats, budget_s):
+    """Seconds of ``fn()``: :func:`bench_ffbs.min_time_ms` (a warm-up call, then the minimum)."""
+    return min_time_ms(fn, repeats, budget_s) / 1e3
+
+
+def _pending(out, names, budget):
+    """The names of one row of measurements (T growing tenfold along it) still to be measured:
+    names already in ``out`` are passed over, and once one took more than a tenth of ``budget``
+    seconds, ran out of memory or was skipped, the rest are marked ``None`` (skipped).  The caller
+    stores each yielded name's result in ``out`` before asking for the next."""
+    skip = False
+    for name in names:
+        if name not in out:
+            if skip:
+                out[name] = None
+                continue
+            yield name
+        entry = out[name]
+        skip = skip or entry is None or entry.get("oom", False) or 10 * entry.get("s", 0) > budget
 
 
 def _oom(err) -> bool:
@@ -81,15 +90,8 @@ def measure_ffbs(results, args):
     out = results.setdefault("ffbs", {})
     for K in FFBS_K:
         for method in ("sequential", "parallel"):
-            skip = False
-            for T in FFBS_T:
-                name = f"{method}/{T}/{K}"
-                if name in out:
-                    skip = skip or out[name] is None or 10 * out[name].get("s", 0) > args.budget
-                    continue
-                if skip:
-                    out[name] = None
-                    continue
+            for name in _pending(out, [f"{method}/{T}/{K}" for T in FFBS_T], args.budget):
+                T = int(name.split("/")[1])
                 rng = np.random.default_rng(0)
                 li = jnp.asarray(np.log(rng.dirichlet(np.ones(K))), jnp.float32)
                 la = jnp.asarray(np.log(rng.dirichlet(np.ones(K), size=K)), jnp.float32)
@@ -97,19 +99,13 @@ def measure_ffbs(results, args):
                 f = jax.jit(lambda k, a, b, c, m=method: hmm_posterior_sample_fast(k, a, b, c, method=m))
                 key = jax.random.key(0)
                 try:
-                    t0 = time.perf_counter()
-                    jax.block_until_ready(f(key, li, la, ll))
-                    first = time.perf_counter() - t0
-                    s = _time(lambda: jax.block_until_ready(f(key, li, la, ll)), args.repeats, args.budget)
-                    out[name] = {"s": s, "first_s": first}
+                    out[name] = {"s": _seconds(lambda: jax.block_until_ready(f(key, li, la, ll)), args.repeats,
+                                               args.budget)}
                 except Exception as err:  # noqa: BLE001 - out of memory is a result here
                     if not _oom(err):
                         raise
                     out[name] = {"oom": True}
-                    skip = True
                 print(name, out[name], flush=True)
-                # T grows tenfold along the row: skip what would take longer than the budget
-                skip = skip or 10 * out[name].get("s", 0) > args.budget
                 _save(args.json, results)
 
 
@@ -130,15 +126,8 @@ def measure_sweep(results, args):
 
     out = results.setdefault("sweep", {})
     for method in ("parallel", "sequential"):
-        skip = False
-        for T in SWEEP_T:
-            name = f"{method}/{T}"
-            if name in out:
-                skip = skip or out[name] is None or 10 * out[name].get("s", 0) > args.budget
-                continue
-            if skip:
-                out[name] = None
-                continue
+        for name in _pending(out, [f"{method}/{T}" for T in SWEEP_T], args.budget):
+            T = int(name.split("/")[1])
             model, y = _readme_setup(T)
             hmm._resolve_method = lambda m, T_, K_, forced=method: forced
             try:
@@ -147,23 +136,20 @@ def measure_sweep(results, args):
                 t0 = time.perf_counter()
                 compiled = jax.jit(lambda s: kernel.sample(s, (y,), {})).lower(state).compile()
                 compile_s = time.perf_counter() - t0
-                box = [jax.block_until_ready(compiled(state))]
+                box = [state]
 
                 def sweep():
                     box[0] = jax.block_until_ready(compiled(box[0]))
 
-                s = _time(sweep, args.repeats, args.budget)
-                out[name] = {"s": s, "compile_s": compile_s,
+                out[name] = {"s": _seconds(sweep, args.repeats, args.budget), "compile_s": compile_s,
                              "auto": _resolve_method("auto", T, 20)}
             except Exception as err:  # noqa: BLE001
                 if not _oom(err):
                     raise
                 out[name] = {"oom": True}
-                skip = True
             finally:
                 hmm._resolve_method = _resolve_method
             print(name, out[name], flush=True)
-            skip = skip or 10 * out[name].get("s", 0) > args.budget
             _save(args.json, results)
 
 
@@ -183,12 +169,12 @@ def measure_chains(results, args):
         compiled = jax.jit(lambda s: kernel.sample(s, (y,), {})).lower(state).compile()
         compile_s = time.perf_counter() - t0
         mem = compiled.memory_analysis()
-        box = [jax.block_until_ready(compiled(state))]
+        box = [state]
 
         def sweep():
             box[0] = jax.block_until_ready(compiled(box[0]))
 
-        s = _time(sweep, args.repeats, args.budget)
+        s = _seconds(sweep, args.repeats, args.budget)
         out[str(C)] = {"s": s, "compile_s": compile_s, "argument": mem.argument_size_in_bytes,
                        "temp": mem.temp_size_in_bytes}
         print(C, out[str(C)], flush=True)

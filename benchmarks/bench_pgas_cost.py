@@ -191,7 +191,7 @@ def series_table(configs, axis, label):
     fits = [f"{slope(keys, [by[(n, k)]['sec'] for k in keys]):.2f}" for n in KERNELS]
     lines.append(f"| **exponent** (slope in log {label.split()[0]}, all points) | " + " | ".join(fits) + " | | |")
     local = [f"{slope(keys[-2:], [by[(n, k)]['sec'] for k in keys[-2:]]):.2f}" for n in KERNELS]
-    lines.append(f"| slope between the last two points | " + " | ".join(local) + " | | |")
+    lines.append("| slope between the last two points | " + " | ".join(local) + " | | |")
     return "\n".join(lines)
 
 

@@ -293,7 +293,11 @@ fig.tight_layout()
 #   nothing to prune, and the measured sweeps cost about the same (0.43 s for both in one run,
 #   0.14 s step-wise and 0.22 s slice in another: the per-step overhead and a loaded machine,
 #   not ``K``).  The paper's blocked FFBS (29,380 s per sweep at 1,841
-#   states) is ``O(block (K+1)^2)`` per block; at small ``K`` it is not slower.
+#   states) is ``O(block (K+1)^2)`` per block; at small ``K`` it is not slower.  On the full
+#   training text at about 400 states (``benchmarks/bench_rcd_speed.py``, :doc:`../benchmarks`,
+#   "RCD speed on Alice") a step-wise sweep takes about 0.56 s, 12 times less than the paper's
+#   C++, and a slice sweep about 0.9 s: our slice sweep evaluates every state and masks, so it
+#   does not get the paper's pruning speed-up (:doc:`../rcd`, "Speed").
 # * *Perplexity* 131-134 for step-wise and slice after 48 h, 142 for beam, 199 for blocked:
 #   not reproducible in a docs build.  After 10 sweeps on 1,500 words every mode is still
 #   worse than the unigram baseline (about 590-630 against 454): the states have not yet

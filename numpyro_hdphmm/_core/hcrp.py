@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, xlogy
 
+from numpyro_hdphmm._core import ordering
 from numpyro_hdphmm._core.crp import Concentrations, TableCounts
 
 __all__ = [
@@ -66,6 +67,10 @@ __all__ = [
     "step_layout",
     "Seating",
     "CellCheckpoint",
+    "PendingSeating",
+    "pending",
+    "commit_vectors",
+    "commit",
     "ConcentrationStatistics",
     "stirling_log_ratios",
     "table_capacity",
@@ -138,6 +143,110 @@ class CellCheckpoint(NamedTuple):
     root: jax.Array
     out: jax.Array
     root_total: jax.Array
+
+
+@jax.tree_util.register_pytree_node_class
+class PendingSeating:
+    """A :class:`Seating` whose count matrices are not written while a move runs (:func:`pending`,
+    :func:`commit`).
+
+    Inside a jitted loop, XLA:CPU updates a large array in place only when nothing else reads a
+    version of it that the update would overwrite; a move that reads the matrices between its
+    updates (the predictive after a removal, the undo log) makes it copy both ``(K+1, K)``
+    matrices several times per step, which costs more than the move itself.  Here ``n`` and
+    ``m`` are the matrices as they were when the move began (only read), the changes since are
+    a short list of cell increments (``cell_j``, ``cell_k``, ``dn``, ``dm``: ``(size,)`` each,
+    the first ``used`` filled, ``used`` a static Python int), and the per-dish and
+    per-restaurant vectors (``w``, ``root``, ``out``, ``root_total``) are kept up to date.  The
+    customer functions of this module accept either form; :func:`commit` writes the increments
+    with one scatter per matrix, or drops them (a rejected move needs no undo log)."""
+
+    def __init__(self, n, m, cell_j, cell_k, dn, dm, w, root, out, root_total, used: int = 0):
+        self.n, self.m, self.cell_j, self.cell_k, self.dn, self.dm = n, m, cell_j, cell_k, dn, dm
+        self.w, self.root, self.out, self.root_total, self.used = w, root, out, root_total, used
+
+    def tree_flatten(self):
+        return ((self.n, self.m, self.cell_j, self.cell_k, self.dn, self.dm, self.w, self.root, self.out,
+                 self.root_total), self.used)
+
+    @classmethod
+    def tree_unflatten(cls, used, children):
+        return cls(*children, used=used)
+
+    def _replace(self, **changes):
+        fields = dict(n=self.n, m=self.m, cell_j=self.cell_j, cell_k=self.cell_k, dn=self.dn, dm=self.dm,
+                      w=self.w, root=self.root, out=self.out, root_total=self.root_total, used=self.used)
+        fields.update(changes)
+        return PendingSeating(**fields)
+
+
+def pending(seating: Seating, size: int) -> PendingSeating:
+    """``seating`` with room for ``size`` cell changes (the customers a move adds or removes),
+    none made yet (:class:`PendingSeating`)."""
+    zeros = jnp.zeros(size, jnp.int32)
+    return PendingSeating(seating.n, seating.m, zeros, zeros, zeros, zeros, seating.w, seating.root, seating.out,
+                          seating.root_total)
+
+
+def commit_vectors(seating: Seating, moved: PendingSeating, keep) -> Seating:
+    """``seating`` with the per-dish and per-restaurant vectors of ``moved`` (a :func:`pending`
+    of it) where ``keep`` (a traced bool); the count matrices as they were (:func:`commit`
+    writes them)."""
+    pick = lambda now, then: jnp.where(keep, now, then)
+    return seating._replace(w=pick(moved.w, seating.w), root=pick(moved.root, seating.root),
+                            out=pick(moved.out, seating.out), root_total=pick(moved.root_total, seating.root_total))
+
+
+def commit(seating: Seating, moved: PendingSeating, keep) -> Seating:
+    """``seating`` (the result of :func:`commit_vectors`, or the seating ``moved`` started from)
+    with the cell changes of ``moved`` written where ``keep`` (a traced bool), else the count
+    matrices exactly as they were: one scatter-add per matrix, ``m`` then ``n``, which XLA
+    performs in place (:mod:`numpyro_hdphmm._core.ordering`)."""
+    m = seating.m.at[moved.cell_j, moved.cell_k].add(jnp.where(keep, moved.dm, 0))
+    keep = ordering.after(keep, ordering.any_element(m))
+    n = seating.n.at[moved.cell_j, moved.cell_k].add(jnp.where(keep, moved.dn, 0))
+    return seating._replace(n=n, m=m)
+
+
+def _cell(seating, j, k):
+    """``(n_jk, m_jk)`` of a :class:`Seating` or :class:`PendingSeating`."""
+    if isinstance(seating, PendingSeating):
+        hit = (seating.cell_j == j) & (seating.cell_k == k)
+        return (seating.n[j, k] + jnp.sum(jnp.where(hit, seating.dn, 0)),
+                seating.m[j, k] + jnp.sum(jnp.where(hit, seating.dm, 0)))
+    return seating.n[j, k], seating.m[j, k]
+
+
+def _customers_row(seating, j):
+    """``n_j. (K,)``: the customers of restaurant ``j`` per dish."""
+    if isinstance(seating, PendingSeating):
+        capacity = seating.w.shape[0]
+        changes = jnp.zeros(capacity, jnp.int32).at[seating.cell_k].add(jnp.where(seating.cell_j == j, seating.dn, 0))
+        return seating.n[j] + changes
+    return seating.n[j]
+
+
+def _customers_column(seating, k):
+    """``n_.k (K,)``: the customers eating dish ``k`` in each state restaurant (start excluded)."""
+    capacity = seating.w.shape[0]
+    if isinstance(seating, PendingSeating):
+        rows = jnp.minimum(seating.cell_j, capacity - 1)
+        hit = (seating.cell_k == k) & (seating.cell_j < capacity)
+        changes = jnp.zeros(capacity, jnp.int32).at[rows].add(jnp.where(hit, seating.dn, 0))
+        return seating.n[:capacity, k] + changes
+    return seating.n[:capacity, k]
+
+
+def _change_cell(seating, j, k, dn, dm, w, root, out, root_total):
+    """``seating`` with ``n_jk += dn``, ``m_jk += dm`` and the vectors replaced."""
+    if isinstance(seating, PendingSeating):
+        slot = seating.used
+        if slot >= seating.dn.shape[0]:
+            raise ValueError(f"PendingSeating: more than {seating.dn.shape[0]} cell changes in one move.")
+        return seating._replace(cell_j=seating.cell_j.at[slot].set(j), cell_k=seating.cell_k.at[slot].set(k),
+                                dn=seating.dn.at[slot].set(dn), dm=seating.dm.at[slot].set(dm), w=w, root=root,
+                                out=out, root_total=root_total, used=slot + 1)
+    return Seating(seating.n.at[j, k].add(dn), seating.m.at[j, k].add(dm), w, root, out, root_total)
 
 
 # ------------------------------------------------------------------------ Stirling numbers
@@ -241,7 +350,7 @@ def log_prob(seating: Seating, j, k, hyper: Concentrations, weak_limit: bool = F
     dtype = jnp.result_type(hyper.alpha, float)
     p_root = root_weights(seating, hyper.gamma, weak_limit)[k]
     sticky = jnp.where((j == k) & (j < capacity), hyper.kappa, 0.0)
-    num = seating.n[j, k].astype(dtype) + sticky + hyper.alpha * p_root
+    num = _cell(seating, j, k)[0].astype(dtype) + sticky + hyper.alpha * p_root
     den = seating.out[j].astype(dtype) + _concentration(j, hyper, capacity)
     return jnp.log(num) - jnp.log(den)
 
@@ -252,7 +361,7 @@ def log_prob_row(seating: Seating, j, hyper: Concentrations):
     capacity = seating.w.shape[0]
     dtype = jnp.result_type(hyper.alpha, float)
     sticky = jnp.where((jnp.arange(capacity) == j) & (j < capacity), hyper.kappa, 0.0)
-    num = seating.n[j].astype(dtype) + sticky + hyper.alpha * root_weights(seating, hyper.gamma)
+    num = _customers_row(seating, j).astype(dtype) + sticky + hyper.alpha * root_weights(seating, hyper.gamma)
     den = seating.out[j].astype(dtype) + _concentration(j, hyper, capacity)
     return jnp.log(num) - jnp.log(den)
 
@@ -263,7 +372,7 @@ def log_prob_column(seating: Seating, k, hyper: Concentrations):
     capacity = seating.w.shape[0]
     dtype = jnp.result_type(hyper.alpha, float)
     sticky = jnp.where(jnp.arange(capacity) == k, hyper.kappa, 0.0)
-    num = seating.n[:capacity, k].astype(dtype) + sticky + hyper.alpha * root_weights(seating, hyper.gamma)[k]
+    num = _customers_column(seating, k).astype(dtype) + sticky + hyper.alpha * root_weights(seating, hyper.gamma)[k]
     den = seating.out[:capacity].astype(dtype) + hyper.alpha + hyper.kappa
     return jnp.log(num) - jnp.log(den)
 
@@ -282,7 +391,8 @@ def log_prob_matrix(seating: Seating, hyper: Concentrations):
 
 
 # ------------------------------------------------------------------------ customers
-def add_customer(seating: Seating, j, k, u, hyper: Concentrations, max_tables: int, weak_limit: bool = False):
+def add_customer(seating: Seating, j, k, u, hyper: Concentrations, max_tables: int, weak_limit: bool = False,
+                 when=True):
     r"""Seat one customer of restaurant ``j`` with dish ``k`` (RCD paper Alg. 3 ``addCustomer``,
     eq. 27, with loyal customers): join an existing table with weight ``n_jk``, open an override
     table with ``kappa [j = k < K]`` or an informative table with ``alpha p_root(k)``; ``u``
@@ -291,30 +401,33 @@ def add_customer(seating: Seating, j, k, u, hyper: Concentrations, max_tables: i
     Returns ``(seating, log_r, overflow)``: ``log_r = log p(x = k | j, s)`` before the customer
     sat (:func:`log_prob`; the factor of the RCD acceptance ratio, eq. 30) and ``overflow`` when
     the cell opened more tables than ``max_tables`` (the Stirling table's width).  ``weak_limit``:
-    the weak-limit top level (:func:`root_weights`)."""
+    the weak-limit top level (:func:`root_weights`).  ``when`` (a traced bool): when False the
+    seating is returned unchanged with ``log_r = 0`` and no overflow (a masked addition, cheaper
+    inside a jitted loop than a ``lax.cond``, which copies the seating)."""
     capacity = seating.w.shape[0]
     dtype = jnp.result_type(hyper.alpha, float)
-    join = seating.n[j, k].astype(dtype)
+    one = jnp.asarray(when, jnp.int32)
+    n_jk, m_jk = _cell(seating, j, k)
+    join = n_jk.astype(dtype)
     override = jnp.where((j == k) & (j < capacity), hyper.kappa, 0.0)
     informative = hyper.alpha * root_weights(seating, hyper.gamma, weak_limit)[k]
     num = join + override + informative
     den = seating.out[j].astype(dtype) + _concentration(j, hyper, capacity)
     v = u * num
-    new_table = ~(v <= join)
+    new_table = ~(v <= join) & (one > 0)
     is_override = new_table & (v <= join + override)
     is_informative = new_table & ~is_override
-    n = seating.n.at[j, k].add(1)
-    m = seating.m.at[j, k].add(new_table.astype(jnp.int32))
     w = seating.w.at[k].add(is_override.astype(jnp.int32))
     root = seating.root.at[k].add(is_informative.astype(jnp.int32))
-    out = seating.out.at[j].add(1)
+    out = seating.out.at[j].add(one)
     total = seating.root_total + is_informative.astype(jnp.int32)
-    overflow = new_table & (seating.m[j, k] >= max_tables)
-    return Seating(n, m, w, root, out, total), jnp.log(num) - jnp.log(den), overflow
+    overflow = new_table & (m_jk >= max_tables)
+    log_r = jnp.where(one > 0, jnp.log(num) - jnp.log(den), 0.0)
+    return _change_cell(seating, j, k, one, new_table.astype(jnp.int32), w, root, out, total), log_r, overflow
 
 
 def remove_customer(seating: Seating, j, k, u_table, u_override, log_ratios, hyper: Concentrations,
-                    weak_limit: bool = False):
+                    weak_limit: bool = False, when=True):
     r"""Remove one customer of restaurant ``j`` eating dish ``k`` (RCD paper Alg. 4
     ``removeCustomer`` in the count representation, module docstring): its table closes with
     probability ``|s(n-1, m-1)| / |s(n, m)|`` (``log_ratios`` from :func:`stirling_log_ratios`)
@@ -323,24 +436,24 @@ def remove_customer(seating: Seating, j, k, u_table, u_override, log_ratios, hyp
 
     Returns ``(seating, log_r)`` with ``log_r = log p(x = k | j, s)`` after the removal (the
     factor ``r_old`` of the RCD acceptance ratio, Alg. 1; ``weak_limit``: the weak-limit top
-    level, :func:`root_weights`)."""
+    level, :func:`root_weights`).  ``when`` (a traced bool): when False the seating is returned
+    unchanged with ``log_r = 0`` (a masked removal, :func:`add_customer`)."""
     capacity = seating.w.shape[0]
     dtype = log_ratios.dtype
-    n_jk, m_jk = seating.n[j, k], seating.m[j, k]
+    one = jnp.asarray(when, jnp.int32)
+    n_jk, m_jk = _cell(seating, j, k)
     width = log_ratios.shape[1] - 1
-    log_close = log_ratios[n_jk, jnp.minimum(m_jk, width)]
-    close = jnp.log(u_table.astype(dtype)) < log_close
+    log_close = log_ratios[jnp.maximum(n_jk, 0), jnp.clip(m_jk, 0, width)]
+    close = (jnp.log(u_table.astype(dtype)) < log_close) & (one > 0)
     diagonal = (j == k) & (j < capacity)
     is_override = close & diagonal & (u_override * m_jk.astype(u_override.dtype) < seating.w[k].astype(u_override.dtype))
     is_informative = close & ~is_override
-    n = seating.n.at[j, k].add(-1)
-    m = seating.m.at[j, k].add(-close.astype(jnp.int32))
     w = seating.w.at[k].add(-is_override.astype(jnp.int32))
     root = seating.root.at[k].add(-is_informative.astype(jnp.int32))
-    out = seating.out.at[j].add(-1)
+    out = seating.out.at[j].add(-one)
     total = seating.root_total - is_informative.astype(jnp.int32)
-    new = Seating(n, m, w, root, out, total)
-    return new, log_prob(new, j, k, hyper, weak_limit)
+    new = _change_cell(seating, j, k, -one, -close.astype(jnp.int32), w, root, out, total)
+    return new, jnp.where(one > 0, log_prob(new, j, k, hyper, weak_limit), 0.0)
 
 
 def checkpoint(seating: Seating, j, k) -> CellCheckpoint:

@@ -44,11 +44,13 @@ def add_to_row(stats, k, delta, sign):
     return jax.tree_util.tree_map(one, stats, delta)
 
 
-def zero_row(stats, k):
-    """``stats[k] = 0`` for every leaf."""
+def zero_row(stats, k, when=True):
+    """``stats[k] = 0`` for every leaf where ``when`` (a traced bool; the row is left as it is
+    otherwise: a masked update of one row, not a ``lax.cond`` that copies ``stats``)."""
 
     def one(s):
-        return lax.dynamic_update_index_in_dim(s, jnp.zeros((1,) + s.shape[1:], s.dtype), k, 0)
+        row = lax.dynamic_index_in_dim(s, k, keepdims=True)
+        return lax.dynamic_update_index_in_dim(s, jnp.where(when, jnp.zeros_like(row), row), k, 0)
 
     return jax.tree_util.tree_map(one, stats)
 
@@ -107,8 +109,9 @@ class CollapsedStatistics:
         """``est`` with step ``i`` (weight 0 or 1) removed from state ``k``."""
         raise NotImplementedError
 
-    def free(self, est, k):
-        """``est`` with state ``k``'s statistics cleared (its slot was freed)."""
+    def free(self, est, k, when=True):
+        """``est`` with state ``k``'s statistics cleared (its slot was freed) where ``when`` (a
+        traced bool), else ``est`` unchanged."""
         raise NotImplementedError
 
     def log_predictive(self, est, x_i, pre_i):
@@ -128,6 +131,27 @@ class CollapsedStatistics:
         """``(params, concentration)``: the emission parameters drawn given the states (for the
         record and for the sites the sampler does not collapse), ``weights (steps, K)``."""
         raise NotImplementedError
+
+    # A move of one step from state ``k_old`` to ``k_new`` that writes ``est`` once, at the end
+    # (the restricted collapsed draw's step-wise modes): inside a jitted loop XLA:CPU copies a
+    # large ``est`` whenever a version of it is read after it was updated, so the predictive
+    # after the removal is computed without writing, and the move is written (or not) at once.
+    def removed_predictive(self, est, i, x_i, pre_i, delta, weight, k, freed):
+        """``(log p(x_i | state's statistics) (K,), aux)`` as :meth:`log_predictive` of ``est``
+        with step ``i`` (``weight`` 0 or 1) removed from state ``k`` and, where ``freed``, ``k``'s
+        statistics cleared; ``est`` itself is not changed.  Default: remove, free, predict
+        (a strategy overrides it with a form that does not write ``est``)."""
+        removed = self.free(self.remove(est, i, delta, weight, k), k, freed)
+        return self.log_predictive(removed, x_i, pre_i)
+
+    def moved(self, est, i, delta, weight, k_old, freed, k_new, aux, u, keep):
+        """``est`` with step ``i`` moved from ``k_old`` to ``k_new`` (:meth:`remove`, :meth:`free`
+        where ``freed``, :meth:`add` with ``aux`` from :meth:`removed_predictive` and the
+        uniform ``u``) where ``keep`` (a traced bool), else ``est`` exactly.  Default: the three
+        updates and a select of every leaf."""
+        new = self.add(self.free(self.remove(est, i, delta, weight, k_old), k_old, freed), i, delta, weight, k_new,
+                       aux, u)
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), new, est)
 
     # The restricted collapsed draw and split-merge moves restore the exact previous state when
     # a proposal is rejected (RCD paper Alg. 1): an undo log of what each move changed.
@@ -179,8 +203,8 @@ class ConjugateStatistics(CollapsedStatistics):
     def remove(self, est, i, delta, weight, k):
         return add_to_row(est, k, delta, -weight)
 
-    def free(self, est, k):
-        return zero_row(est, k)
+    def free(self, est, k, when=True):
+        return zero_row(est, k, when)
 
     def log_predictive(self, est, x_i, pre_i):
         return self.emission.log_predictive(x_i, est), None
@@ -197,6 +221,29 @@ class ConjugateStatistics(CollapsedStatistics):
     def rebuild(self, est, x, valid, states, dtype):
         """The sufficient statistics of the current data (deterministic)."""
         return self.init(None, x, valid, states, None, dtype)
+
+    def removed_predictive(self, est, i, x_i, pre_i, delta, weight, k, freed):
+        """The predictive of every state from ``est`` as it is, state ``k``'s recomputed from its
+        row with the step removed (cleared where ``freed``)."""
+        row = zero_row(add_to_row(rows_of(est, k, 1), 0, delta, -weight), 0, freed)
+        pred = self.emission.log_predictive(x_i, est)
+        return pred.at[k].set(self.emission.log_predictive(x_i, row)[0]), None
+
+    def moved(self, est, i, delta, weight, k_old, freed, k_new, aux, u, keep):
+        """The two rows computed from their current values and written with one scatter per
+        leaf (in place); the same arithmetic as :meth:`remove`, :meth:`free`, :meth:`add`."""
+        same = k_old == k_new
+
+        def one(a, d):
+            d = d.astype(a.dtype)
+            old, new = a[k_old], a[k_new]
+            removed = jnp.where(freed, jnp.zeros_like(old), old - weight * d[0])
+            added = jnp.where(same, removed, new) + weight * d[0]
+            values = jnp.stack([jnp.where(same, added, removed), added])
+            values = jnp.where(keep, values, jnp.stack([old, new])).astype(a.dtype)
+            return a.at[jnp.stack([k_old, k_new])].set(values)
+
+        return jax.tree_util.tree_map(one, est, delta)
 
     def checkpoint(self, est, i, k):
         return k, rows_of(est, k, 1)

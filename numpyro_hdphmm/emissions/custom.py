@@ -254,7 +254,7 @@ class ExplicitLikelihoods(CollapsedStatistics):
     def remove(self, est, i, delta, weight, k):
         return est
 
-    def free(self, est, k):
+    def free(self, est, k, when=True):
         return est
 
     def log_predictive(self, est, x_i, pre_i):
@@ -270,6 +270,12 @@ class ExplicitLikelihoods(CollapsedStatistics):
     def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
         """Unchanged: the inner kernel updates the user's sites."""
         return params, None
+
+    def removed_predictive(self, est, i, x_i, pre_i, delta, weight, k, freed):
+        return pre_i, None
+
+    def moved(self, est, i, delta, weight, k_old, freed, k_new, aux, u, keep):
+        return est
 
     def checkpoint(self, est, i, k):
         return ()

@@ -528,14 +528,14 @@ class MixtureStatistics(CollapsedStatistics):
         stats = add_to_row(stats, k * self.width + s[i], delta, -weight)
         return s, stats, counts.at[k, s[i]].add(-weight)
 
-    def free(self, est, k):
+    def free(self, est, k, when=True):
         s, stats, counts = est
 
         def one(a):
-            zeros = jnp.zeros((self.width,) + a.shape[1:], a.dtype)
-            return jax.lax.dynamic_update_slice_in_dim(a, zeros, k * self.width, 0)
+            rows = jax.lax.dynamic_slice_in_dim(a, k * self.width, self.width, 0)
+            return jax.lax.dynamic_update_slice_in_dim(a, jnp.where(when, jnp.zeros_like(rows), rows), k * self.width, 0)
 
-        return s, jax.tree_util.tree_map(one, stats), counts.at[k].set(0.0)
+        return s, jax.tree_util.tree_map(one, stats), counts.at[k].set(jnp.where(when, 0.0, counts[k]))
 
     def _log_component_weights(self, counts):
         prior = self.conc / self.width

@@ -170,19 +170,21 @@ def restaurant(state: CollapsedState, data: StepData, i):
     return jnp.where(data.is_first[i], capacity, state.labels[jnp.maximum(i - 1, 0)])
 
 
-def remove_transition(state: CollapsedState, ctx: Context, j, k, u):
+def remove_transition(state: CollapsedState, ctx: Context, j, k, u, when=True):
     """Remove a transition customer ``j -> k`` (:func:`~numpyro_hdphmm._core.hcrp.remove_customer`,
-    ``u (2,)`` uniforms on ``[0, 1)``): ``(state, log r_old)``."""
+    ``u (2,)`` uniforms on ``[0, 1)``): ``(state, log r_old)``; nothing (``log r_old = 0``) where
+    ``when`` is False."""
     seating, log_r = hcrp.remove_customer(state.seating, j, k, u[0], u[1], ctx.log_ratios, ctx.hyper,
-                                         ctx.weak_limit)
+                                         ctx.weak_limit, when)
     return state._replace(seating=seating), log_r
 
 
-def add_transition(state: CollapsedState, ctx: Context, j, k, u):
+def add_transition(state: CollapsedState, ctx: Context, j, k, u, when=True):
     """Add a transition customer ``j -> k`` (:func:`~numpyro_hdphmm._core.hcrp.add_customer`,
-    ``u`` uniform on ``(0, 1]``): ``(state, log r*, table overflow)``."""
+    ``u`` uniform on ``(0, 1]``): ``(state, log r*, table overflow)``; nothing (``log r* = 0``, no
+    overflow) where ``when`` is False."""
     seating, log_r, overflow = hcrp.add_customer(state.seating, j, k, u, ctx.hyper, ctx.log_ratios.shape[1] - 1,
-                                                 ctx.weak_limit)
+                                                 ctx.weak_limit, when)
     return state._replace(seating=seating), log_r, overflow
 
 
@@ -197,7 +199,7 @@ def remove_emission(state: CollapsedState, ctx: Context, statistics, i, k, log_p
     dtype = ctx.log_ratios.dtype
     est = statistics.remove(state.est, i, statistics.delta(x_i, dtype), observed.astype(dtype), k)
     occupancy = state.occupancy.at[k].add(-1)
-    est = lax.cond(occupancy[k] == 0, statistics.free, lambda e, _: e, est, k)
+    est = statistics.free(est, k, occupancy[k] == 0)
     log_r = jnp.zeros((), dtype)
     if log_predictive:
         pred, _ = statistics.log_predictive(est, x_i, row_of(data.pre, i))
@@ -232,10 +234,7 @@ def remove_run(state: CollapsedState, ctx: Context, statistics, start, length, u
     after = jnp.minimum(last + 1, data.in_range.shape[0] - 1)
     exits = data.has_next[last]
 
-    def exit_customer(s):
-        return remove_transition(s, ctx, s.labels[last], s.labels[after], u[after - offset])
-
-    state, log_r = lax.cond(exits, exit_customer, lambda s: (s, jnp.zeros((), ctx.log_ratios.dtype)), state)
+    state, log_r = remove_transition(state, ctx, state.labels[last], state.labels[after], u[after - offset], exits)
 
     def body(n, carry):
         s, total = carry
@@ -270,10 +269,8 @@ def add_run(state: CollapsedState, ctx: Context, statistics, start, length, u, o
     zero = jnp.zeros((), ctx.log_ratios.dtype)
     state, log_r, overflow = lax.fori_loop(0, length, body, (state, zero, jnp.zeros((), bool)))
 
-    def exit_customer(s):
-        return add_transition(s, ctx, s.labels[last], s.labels[after], u[after - offset, 0])
-
-    state, r_exit, of = lax.cond(data.has_next[last], exit_customer, lambda s: (s, zero, jnp.zeros((), bool)), state)
+    state, r_exit, of = add_transition(state, ctx, state.labels[last], state.labels[after], u[after - offset, 0],
+                                       data.has_next[last])
     return state, log_r + r_exit, overflow | of
 
 

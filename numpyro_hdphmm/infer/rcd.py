@@ -18,7 +18,11 @@ Metropolis-Hastings correction of the paper's Algorithm 1:
    s*_{l-1})`` (the predictive before each addition, eqs. 28-30);
 4. accept with probability ``min(1, r* / r_old * q(x_old) / q(x*))``; on rejection the exact
    previous state is restored (:func:`settle`; re-adding the old draws would seat them from the
-   proposal of the seating instead of its conditional, which the paper shows is wrong).
+   proposal of the seating instead of its conditional, which the paper shows is wrong).  The
+   step-wise modes write nothing before the decision: the moves run on a pending seating
+   (:func:`~numpyro_hdphmm._core.hcrp.pending`) and the move is written only if accepted, once
+   per large array (:func:`~numpyro_hdphmm._core.hcrp.commit`, :mod:`numpyro_hdphmm._core.ordering`),
+   which keeps XLA from copying the count matrices and emission statistics every step.
 
 The modes differ in the block of draws and in ``q`` (``pi-hat``: the predictive transition
 matrix of ``s0``, :func:`~numpyro_hdphmm._core.hcrp.log_prob_matrix`; ``F``: the emission
@@ -75,7 +79,7 @@ from jax import lax, random
 from numpyro.distributions import constraints
 from numpyro.primitives import Messenger
 
-from numpyro_hdphmm._core import crp, hcrp
+from numpyro_hdphmm._core import crp, hcrp, ordering
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.collapsed import row_of
@@ -155,9 +159,19 @@ _U_REMOVE_OUT, _U_REMOVE_IN, _U_ADD_IN, _U_ADD_EMISSION, _U_ADD_OUT, _U_PROPOSE,
 _U_WIDTH = 12
 
 
-def _single_step(i, state: CollapsedState, ctx: Context, statistics, u, slice_mode: bool):
+def _single_step(i, state: CollapsedState, ctx: Context, statistics, u, slice_mode: bool, in_range=True,
+                 totals=(0, False)):
     """One move of :func:`single_step_sweep` at step ``i`` (``u (12,)`` uniforms): ``(state,
-    accepted, overflow)``."""
+    accepted, overflow)`` with ``totals`` (the sweep's count of accepted moves and its overflow
+    flag so far) updated by this move.  Outside a sequence (``in_range`` False, a traced bool)
+    the move is rejected: the state comes back exactly, with ``totals`` unchanged.
+
+    The large arrays (the count matrices, the emission statistics) are written once, at the end,
+    and only if the move is accepted (:func:`~numpyro_hdphmm._core.hcrp.pending` and
+    :func:`~numpyro_hdphmm._core.hcrp.commit`; the statistics' ``removed_predictive`` and
+    ``moved``): the removals and additions in between see a pending seating, so a rejection
+    needs no undo log (the paper's Alg. 1 restores the exact old seating; here it was never
+    changed) and XLA keeps the arrays in place instead of copying them every step."""
     data = ctx.data
     capacity = state.occupancy.shape[0]
     steps = data.in_range.shape[0]
@@ -169,25 +183,23 @@ def _single_step(i, state: CollapsedState, ctx: Context, statistics, u, slice_mo
     prev = franchise.restaurant(state, data, i)
     k_old = state.labels[i]
     nxt = state.labels[after]
-    zero = jnp.zeros((), dtype)
+    x_i, pre_i = row_of(data.x, i), row_of(data.pre, i)
+    weight = observed.astype(dtype)
+    delta = statistics.delta(x_i, dtype)
 
-    # undo log of the removal: everything it can change, as it was
-    undo_remove = (hcrp.checkpoint(state.seating, k_old, nxt), hcrp.checkpoint(state.seating, prev, k_old),
-                   statistics.checkpoint(state.est, i, k_old), state.occupancy[k_old])
     # 1. remove: the transition out, the emission, the transition in (reverse of the addition)
-    state, r_out = lax.cond(has_next, lambda s: franchise.remove_transition(s, ctx, k_old, nxt, u[_U_REMOVE_OUT:_U_REMOVE_OUT + 2]),
-                            lambda s: (s, zero), state)
-    state, _ = franchise.remove_emission(state, ctx, statistics, i, k_old, log_predictive=False)
-    state, r_in = franchise.remove_transition(state, ctx, prev, k_old, u[_U_REMOVE_IN:_U_REMOVE_IN + 2])
-    removed = state
+    moving = state._replace(seating=hcrp.pending(state.seating, 4))
+    moving, r_out = franchise.remove_transition(moving, ctx, k_old, nxt, u[_U_REMOVE_OUT:_U_REMOVE_OUT + 2], has_next)
+    occupancy = state.occupancy.at[k_old].add(-1)
+    freed = occupancy[k_old] == 0
+    predictive = statistics.removed_predictive(state.est, i, x_i, pre_i, delta, weight, k_old, freed)
+    moving, r_in = franchise.remove_transition(moving, ctx, prev, k_old, u[_U_REMOVE_IN:_U_REMOVE_IN + 2])
 
     # 2. propose from s0 (eq. 33): q(k) ∝ pi-hat(k | prev) F_k(y) pi-hat(next | k), one new state
-    seating = state.seating
-    active = state.occupancy > 0
+    seating = moving.seating
+    active = occupancy > 0
     has_free = ~jnp.all(active)
     free = jnp.argmin(active)
-    x_i, pre_i = row_of(data.x, i), row_of(data.pre, i)
-    predictive = statistics.log_predictive(state.est, x_i, pre_i)
     emission = jnp.where(observed, predictive[0], 0.0)
     emission_new = jnp.where(observed, jax.nn.logsumexp(statistics.log_new(pre_i, active)), 0.0)
     into = hcrp.log_prob_row(seating, prev, hyper)
@@ -210,34 +222,28 @@ def _single_step(i, state: CollapsedState, ctx: Context, statistics, u, slice_mo
     log_q_ratio = score[old_bar] - score[bar]
 
     # 3. add: the transition in, the emission, the transition out
-    undo_add = (hcrp.checkpoint(seating, prev, k_new), hcrp.checkpoint(seating, k_new, nxt),
-                statistics.checkpoint(state.est, i, k_new), state.occupancy[k_new])
-    state, a_in, of_in = franchise.add_transition(state, ctx, prev, k_new, 1.0 - u[_U_ADD_IN])
-    state, a_emission = franchise.add_emission(state, ctx, statistics, i, k_new, 1.0 - u[_U_ADD_EMISSION], predictive)
-    state = state._replace(labels=state.labels.at[i].set(k_new))
-    state, a_out, of_out = lax.cond(
-        has_next, lambda s: franchise.add_transition(s, ctx, k_new, nxt, 1.0 - u[_U_ADD_OUT]),
-        lambda s: (s, zero, jnp.zeros((), bool)), state)
+    moving, a_in, of_in = franchise.add_transition(moving, ctx, prev, k_new, 1.0 - u[_U_ADD_IN])
+    a_emission = jnp.where(observed, predictive[0][k_new], 0.0)
+    occupancy = occupancy.at[k_new].add(1)
+    moving, a_out, of_out = franchise.add_transition(moving, ctx, k_new, nxt, 1.0 - u[_U_ADD_OUT], has_next)
 
-    # 4. accept or restore
+    # 4. accept, and write the move only then
     r_old = r_out + r_in + jnp.where(observed, predictive[0][k_old], 0.0)
     log_ratio = a_in + a_emission + a_out - r_old + log_q_ratio
-    accepted = franchise.is_valid(state) & ~(of_in | of_out) & (jnp.log(u[_U_ACCEPT]) < log_ratio)
-
-    def restore(keep):
-        s = state
-        for saved_in, saved_out, saved_est, occ, k in ((undo_add[0], undo_add[1], undo_add[2], undo_add[3], k_new),
-                                                        (undo_remove[1], undo_remove[0], undo_remove[2], undo_remove[3], k_old)):
-            seat = hcrp.restore(hcrp.restore(s.seating, saved_out, keep), saved_in, keep)
-            s = s._replace(seating=seat, est=statistics.restore(s.est, saved_est, keep),
-                           occupancy=s.occupancy.at[k].set(jnp.where(keep, s.occupancy[k], occ)))
-        return s._replace(labels=s.labels.at[i].set(jnp.where(keep, k_new, k_old)))
-
-    u_add = jnp.stack([jnp.stack([1.0 - u[_U_ADD_IN], 1.0 - u[_U_ADD_EMISSION]]),
-                       jnp.stack([1.0 - u[_U_ADD_OUT], 1.0 - u[_U_ADD_OUT]])])
-    move = Move(i, jnp.ones((), jnp.int32), k_old[None], u_add)
-    state = settle(accepted, state, restore, removed, move)
-    return state, accepted, ~has_free | of_in | of_out
+    valid = ~jnp.any((occupancy > 0) & (moving.seating.root == 0))  # franchise.is_valid of the proposal
+    accepted = in_range & valid & ~(of_in | of_out) & (jnp.log(u[_U_ACCEPT]) < log_ratio)
+    count = totals[0] + accepted.astype(jnp.int32)
+    overflow = totals[1] | (in_range & (~has_free | of_in | of_out))
+    labels = state.labels.at[i].set(jnp.where(accepted, k_new, k_old))
+    occupancy = jnp.where(accepted, occupancy, state.occupancy)
+    seating = hcrp.commit_vectors(state.seating, moving.seating, accepted)
+    # the large arrays last, one after the other, after every other output (_core.ordering)
+    gate = ordering.after(accepted, count, overflow, labels[i], occupancy[k_new], seating.w[k_new], seating.root[k_new],
+                          seating.out[prev], seating.root_total)
+    est = statistics.moved(state.est, i, delta, weight, k_old, freed, k_new, predictive[1], 1.0 - u[_U_ADD_EMISSION],
+                           gate)
+    seating = hcrp.commit(seating, moving.seating, ordering.after(gate, ordering.any_element(est)))
+    return CollapsedState(labels, seating, occupancy, est), count, overflow
 
 
 def single_step_sweep(rng_key, state: CollapsedState, ctx: Context, statistics, slice_mode: bool) -> SweepResult:
@@ -249,13 +255,9 @@ def single_step_sweep(rng_key, state: CollapsedState, ctx: Context, statistics, 
 
     def body(i, carry):
         s, accepted, overflow = carry
-
-        def move(s):
-            s, acc, of = _single_step(i, s, ctx, statistics, u[i], slice_mode)
-            return s, acc, of
-
-        s, acc, of = lax.cond(ctx.data.in_range[i], move, lambda s: (s, jnp.zeros((), bool), jnp.zeros((), bool)), s)
-        return s, accepted + acc.astype(jnp.int32), overflow | of
+        # a padded step's move is made and always rejected (nothing is written): cheaper than a
+        # lax.cond around the move, which XLA turns into a select of whole arrays
+        return _single_step(i, s, ctx, statistics, u[i], slice_mode, ctx.data.in_range[i], (accepted, overflow))
 
     state, accepted, overflow = lax.fori_loop(0, steps, body, (state, jnp.zeros((), jnp.int32), jnp.zeros((), bool)))
     return SweepResult(state, accepted, jnp.sum(ctx.data.in_range).astype(jnp.int32), overflow)

@@ -211,3 +211,42 @@ def test_add_to_row_keeps_float32_statistics_under_x64():
     out = add_to_row(stats, jnp.asarray(1), {"n": jnp.ones((1, 2), jnp.float32)}, jnp.asarray(1.0, jnp.float64))
     assert out["n"].dtype == jnp.float32
     np.testing.assert_array_equal(out["n"], [[0, 0], [1, 1], [0, 0]])
+
+
+@pytest.mark.parametrize("name", ["categorical", "gaussian_niw", "poisson_vector", "autoregressive"])
+def test_write_once_move_matches_the_three_updates(name):
+    """The collapsed statistics' write-once step (``removed_predictive``, ``moved``: what the
+    step-wise RCD sweep uses) equals the protocol's remove, free, predict and add (the base
+    class's defaults), for a move to another state, to the same state, from a state it empties
+    (into that slot or another), a rejected move and a missing observation."""
+    from numpyro_hdphmm.emissions.collapsed import CollapsedStatistics
+
+    family = FAMILIES[name]()
+    capacity, t = 4, 6
+    y, params, _ = _data(family, t, key=3)
+    x = family.prepare(y)[0]
+    states = jnp.array([0, 0, 1, 2, 1, 0])
+    statistics = family.collapsed_statistics(capacity)
+    dtype = jnp.float32
+    pre = statistics.precompute(x, params, dtype)
+    for case in ("move", "same", "freed", "freed_same", "rejected", "missing"):
+        i = 2 if case.startswith("freed") else 1
+        k_old = int(states[i])
+        k_new = {"move": 2, "same": k_old, "freed": 3, "freed_same": k_old, "rejected": 2, "missing": 2}[case]
+        valid = jnp.ones(t, bool).at[i].set(case != "missing")
+        est = statistics.init(jax.random.key(0), x, valid, states, params, dtype)
+        x_i, pre_i = _row(x, i), _row(pre, i)
+        delta = statistics.delta(x_i, dtype)
+        weight = valid[i].astype(dtype)
+        freed = jnp.asarray(case.startswith("freed"))
+        keep = jnp.asarray(case != "rejected")
+        pred, aux = statistics.removed_predictive(est, i, x_i, pre_i, delta, weight, k_old, freed)
+        ref_pred, ref_aux = CollapsedStatistics.removed_predictive(statistics, est, i, x_i, pre_i, delta, weight, k_old,
+                                                                   freed)
+        np.testing.assert_allclose(pred, ref_pred, rtol=1e-5, atol=1e-5, err_msg=case)
+        out = statistics.moved(est, i, delta, weight, k_old, freed, k_new, aux, 0.5, keep)
+        ref = CollapsedStatistics.moved(statistics, est, i, delta, weight, k_old, freed, k_new, ref_aux, 0.5, keep)
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=case),
+                               out, ref)
+        if case == "rejected":
+            jax.tree_util.tree_map(np.testing.assert_array_equal, out, est)

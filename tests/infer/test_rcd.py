@@ -286,3 +286,49 @@ def test_geweke_inner_kernel_on_the_seating_density():
                              num_iterations=2000, num_prior=20000)
     print("geweke z (inner NUTS)", scores)
     assert all(abs(z) < 4.5 for z in scores.values()), scores
+
+
+# --------------------------------------------------------------------------- write-once seating
+def test_pending_seating_matches_the_dense_updates():
+    """The step-wise modes' pending seating (``hcrp.pending``/``commit``: the count matrices
+    written once per move) gives the dense updates' factors, predictive rows and columns and,
+    committed, the same seating; uncommitted, the seating exactly as it was.  The moves share
+    cells (a customer removed and added back in the same cell, the diagonal)."""
+    hyper = crp.Concentrations(jnp.float32(1.5), jnp.float32(2.0), jnp.float32(1.0))
+    capacity, max_tables = 5, 64
+    log_ratios = hcrp.stirling_log_ratios(200, max_tables, jnp.float32)
+    rng = np.random.default_rng(0)
+    zeros = jnp.zeros((capacity + 1, capacity), jnp.int32)
+    seating = hcrp.Seating(zeros, zeros, jnp.zeros(capacity, jnp.int32), jnp.zeros(capacity, jnp.int32),
+                           jnp.zeros(capacity + 1, jnp.int32), jnp.zeros((), jnp.int32))
+    for _ in range(60):  # a seating of positive probability: customers added one by one
+        j, k = int(rng.integers(0, capacity + 1)), int(rng.integers(0, 3))
+        seating = hcrp.add_customer(seating, j, k, float(rng.uniform(0.01, 1.0)), hyper, max_tables)[0]
+    n = np.asarray(seating.n)
+    cells = [tuple(c) for c in np.argwhere(n > 0)]
+    for trial in range(12):
+        a, b = (cells[int(i)] for i in rng.choice(len(cells), 2))
+        # remove a, remove b, add back a (the same cell), add (b's restaurant, a's dish); the last
+        # two are masked off in some trials
+        when = [True, True, bool(trial % 3), bool(trial % 2)]
+        u = rng.uniform(0.01, 0.99, 6)
+        dense, moving = seating, hcrp.pending(seating, 4)
+        results = []
+        for s in ("dense", "pending"):
+            x = dense if s == "dense" else moving
+            x, r1 = hcrp.remove_customer(x, a[0], a[1], u[0], u[1], log_ratios, hyper, when=when[0])
+            x, r2 = hcrp.remove_customer(x, b[0], b[1], u[2], u[3], log_ratios, hyper, when=when[1])
+            row, col = hcrp.log_prob_row(x, b[0], hyper), hcrp.log_prob_column(x, a[1], hyper)
+            x, r3, o3 = hcrp.add_customer(x, a[0], a[1], u[4], hyper, max_tables, when=when[2])
+            x, r4, o4 = hcrp.add_customer(x, b[0], a[1], u[5], hyper, max_tables, when=when[3])
+            results.append((x, [r1, r2, r3, r4], row, col))
+        (dense, r_dense, row_d, col_d), (moving, r_pending, row_p, col_p) = results
+        np.testing.assert_allclose(r_pending, r_dense, rtol=1e-6)
+        np.testing.assert_allclose(row_p, row_d, rtol=1e-6)
+        np.testing.assert_allclose(col_p, col_d, rtol=1e-6)
+        committed = hcrp.commit(hcrp.commit_vectors(seating, moving, True), moving, True)
+        for got, want in zip(committed, dense):
+            np.testing.assert_array_equal(got, want)
+        kept = hcrp.commit(hcrp.commit_vectors(seating, moving, False), moving, False)
+        for got, want in zip(kept, seating):
+            np.testing.assert_array_equal(got, want)

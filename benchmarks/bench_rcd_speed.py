@@ -1,0 +1,146 @@
+"""Seconds per sweep of ``RCDSampler`` on *Alice* in each mode: the speed targets of the RCD
+issue (step-wise sweep at most 0.7 s and slice sweep at most 0.05 s on 2 cores, i.e. 10 times
+the paper's C++ on a 3 GHz Xeon: step-wise 7.0 s, slice 0.47 s per sweep, its Table 2).
+
+Set-up: the *Alice* training words (:func:`numpyro_hdphmm.datasets.load_alice`, the last 1,000
+words held out: ``T = 27,103``, ``V = 1,487`` word types), the non-sticky HDP-HMM with
+``gamma, alpha ~ Gamma(1, 1)`` (resampled every sweep, as the paper) and ``Categorical(V, 0.1)``
+emissions integrated out, capacity ``--capacity`` (default 500), one chain started from
+``--states`` (default 400, about the paper's number of states after 48 h) states drawn uniformly
+at random.  The kernel is driven through NumPyro's ``MCMCKernel`` interface: one jitted
+``kernel.sample`` (a whole sweep: the moves, the hyperparameter update and the record of the
+explicit draws), compiled first, then timed ``--repeats`` times (the median is reported).
+
+Each configuration runs in a fresh subprocess, with and without XLA's
+``--xla_cpu_copy_insertion_use_region_analysis=true`` (``XLA_FLAGS``; it must be set before JAX
+starts, hence the subprocesses): the flag lets XLA:CPU keep more large arrays in place inside
+loops (:mod:`numpyro_hdphmm._core.ordering`).
+
+Usage::
+
+    python benchmarks/bench_rcd_speed.py [--modes stepwise,slice,blocked,beam] [--states 400]
+                                         [--capacity 500] [--repeats 3] [--write]
+
+``--write`` replaces the "RCD speed on Alice" section of ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
+
+SECTION = "## RCD speed on Alice"
+FLAG = "--xla_cpu_copy_insertion_use_region_analysis=true"
+PAPER = {"stepwise": 7.027, "slice": 0.469, "blocked": 29380.3, "beam": 80.681}  # Table 2, s per sweep
+TARGET = {"stepwise": 0.7, "slice": 0.05}
+
+
+def worker(mode: str, states: int, capacity: int, repeats: int, seed: int = 0) -> dict:
+    """One configuration, in this process: compile and time ``kernel.sample``."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    alice = nh.datasets.load_alice()
+    y = np.asarray(alice.tokens[: len(alice.tokens) - alice.info["num_test"]])
+    V = len(alice.vocabulary)
+    emission = nh.emissions.Categorical(V, 0.1)
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
+        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
+        nh.sample("y", nh.HDPHMM(gamma, alpha, emission, max_states=capacity), obs=y)
+
+    kernel = nh.infer.RCDSampler(model, mode=mode, block_size=10)
+    rng = np.random.default_rng(seed)
+    beta = np.zeros(capacity + 1, np.float32)
+    beta[:states] = 0.9 / states
+    beta[capacity] = 0.1
+    init = {"y_states": jnp.asarray(rng.integers(0, states, size=y.shape), jnp.int32), "y_beta": jnp.asarray(beta)}
+    state = kernel.init(jax.random.key(seed), 0, init, (y,), {})
+    sweep = jax.jit(lambda s: kernel.sample(s, (y,), {}))
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(sweep(state))
+    compile_s = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(sweep(state))
+        times.append(time.perf_counter() - t0)
+    return {"mode": mode, "T": int(y.size), "V": V, "capacity": capacity, "start_states": states,
+            "seconds": float(np.median(times)), "all_seconds": [float(t) for t in times], "compile_s": compile_s,
+            "states_after": int(state.num_states), "gibbs_accept": float(state.info.gibbs_accept),
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
+def run_subprocess(mode, states, capacity, repeats, flag: bool) -> dict:
+    env = dict(os.environ)
+    flags = env.get("XLA_FLAGS", "").replace(FLAG, "").strip()
+    env["XLA_FLAGS"] = (flags + " " + FLAG).strip() if flag else flags
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", mode, "--states", str(states),
+                          "--capacity", str(capacity), "--repeats", str(repeats)],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--modes", default="stepwise,slice,blocked,beam")
+    parser.add_argument("--states", type=int, default=400)
+    parser.add_argument("--capacity", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.states, args.capacity, args.repeats)))
+        return
+
+    import jax
+
+    rows = []
+    for mode in args.modes.split(","):
+        for flag in (False, True):
+            r = run_subprocess(mode, args.states, args.capacity, args.repeats, flag)
+            r["flag"] = flag
+            rows.append(r)
+            print(f"{mode:9s} flag={flag!s:5s} {r['seconds']:.3f} s/sweep (runs {r['all_seconds']}), compile "
+                  f"{r['compile_s']:.1f} s, states {r['start_states']} -> {r['states_after']}, accept "
+                  f"{r['gibbs_accept']:.5f}", flush=True)
+    load = os.getloadavg()[0]
+    first = rows[0]
+    lines = [
+        f"*Alice* training words (T = {first['T']:,}, V = {first['V']:,}), non-sticky HDP-HMM, `gamma, alpha ~ "
+        f"Gamma(1, 1)` resampled every sweep, `Categorical(V, 0.1)` integrated out, capacity {first['capacity']}, "
+        f"one chain from {first['start_states']} random states; seconds of one jitted `kernel.sample` (a whole "
+        f"sweep), median of {args.repeats} after compiling; jax {jax.__version__}, {os.cpu_count()} CPU cores, "
+        f"load average {load:.1f} at the end.  \"XLA flag\": `XLA_FLAGS={FLAG}`.",
+        "",
+        "| mode | s / sweep | s / sweep, XLA flag | target | paper (C++, Table 2) | Gibbs accept | compile s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode in args.modes.split(","):
+        plain = next(r for r in rows if r["mode"] == mode and not r["flag"])
+        flagged = next(r for r in rows if r["mode"] == mode and r["flag"])
+        target = f"{TARGET[mode]:g}" if mode in TARGET else "-"
+        lines.append(f"| {mode} | {plain['seconds']:.3f} | {flagged['seconds']:.3f} | {target} | {PAPER[mode]:g} | "
+                     f"{plain['gibbs_accept']:.5f} | {plain['compile_s']:.1f} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        command = "python benchmarks/bench_rcd_speed.py " + " ".join(a for a in sys.argv[1:])
+        print("wrote", write_section(SECTION, command.strip(), text))
+
+
+if __name__ == "__main__":
+    main()

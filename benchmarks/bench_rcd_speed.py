@@ -41,8 +41,9 @@ PAPER = {"stepwise": 7.027, "slice": 0.469, "blocked": 29380.3, "beam": 80.681} 
 TARGET = {"stepwise": 0.7, "slice": 0.05}
 
 
-def worker(mode: str, states: int, capacity: int, repeats: int, seed: int = 0) -> dict:
-    """One configuration, in this process: compile and time ``kernel.sample``."""
+def alice_setup(mode: str, states: int, capacity: int, seed: int = 0):
+    """The set-up of the module docstring: ``(kernel, state, sweep, train, test, emission)`` with
+    ``sweep`` the jitted ``kernel.sample`` (not yet compiled)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -52,9 +53,9 @@ def worker(mode: str, states: int, capacity: int, repeats: int, seed: int = 0) -
     import numpyro_hdphmm as nh
 
     alice = nh.datasets.load_alice()
-    y = np.asarray(alice.tokens[: len(alice.tokens) - alice.info["num_test"]])
-    V = len(alice.vocabulary)
-    emission = nh.emissions.Categorical(V, 0.1)
+    num_test = alice.info["num_test"]
+    y, test = np.asarray(alice.tokens[:-num_test]), np.asarray(alice.tokens[-num_test:])
+    emission = nh.emissions.Categorical(len(alice.vocabulary), 0.1)
 
     def model(y):
         gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
@@ -69,6 +70,15 @@ def worker(mode: str, states: int, capacity: int, repeats: int, seed: int = 0) -
     init = {"y_states": jnp.asarray(rng.integers(0, states, size=y.shape), jnp.int32), "y_beta": jnp.asarray(beta)}
     state = kernel.init(jax.random.key(seed), 0, init, (y,), {})
     sweep = jax.jit(lambda s: kernel.sample(s, (y,), {}))
+    return kernel, state, sweep, y, test, emission
+
+
+def worker(mode: str, states: int, capacity: int, repeats: int, seed: int = 0) -> dict:
+    """One configuration, in this process: compile and time ``kernel.sample``."""
+    import jax
+    import numpy as np
+
+    _, state, sweep, y, _, emission = alice_setup(mode, states, capacity, seed)
     t0 = time.perf_counter()
     state = jax.block_until_ready(sweep(state))
     compile_s = time.perf_counter() - t0
@@ -77,7 +87,7 @@ def worker(mode: str, states: int, capacity: int, repeats: int, seed: int = 0) -
         t0 = time.perf_counter()
         state = jax.block_until_ready(sweep(state))
         times.append(time.perf_counter() - t0)
-    return {"mode": mode, "T": int(y.size), "V": V, "capacity": capacity, "start_states": states,
+    return {"mode": mode, "T": int(y.size), "V": emission.num_categories, "capacity": capacity, "start_states": states,
             "seconds": float(np.median(times)), "all_seconds": [float(t) for t in times], "compile_s": compile_s,
             "states_after": int(state.num_states), "gibbs_accept": float(state.info.gibbs_accept),
             "xla_flags": os.environ.get("XLA_FLAGS", "")}

@@ -243,8 +243,9 @@ def _change_cell(seating, j, k, dn, dm, w, root, out, root_total):
         slot = seating.used
         if slot >= seating.dn.shape[0]:
             raise ValueError(f"PendingSeating: more than {seating.dn.shape[0]} cell changes in one move.")
-        return seating._replace(cell_j=seating.cell_j.at[slot].set(j), cell_k=seating.cell_k.at[slot].set(k),
-                                dn=seating.dn.at[slot].set(dn), dm=seating.dm.at[slot].set(dm), w=w, root=root,
+        as_int = lambda v: jnp.asarray(v).astype(jnp.int32)
+        return seating._replace(cell_j=seating.cell_j.at[slot].set(as_int(j)), cell_k=seating.cell_k.at[slot].set(as_int(k)),
+                                dn=seating.dn.at[slot].set(as_int(dn)), dm=seating.dm.at[slot].set(as_int(dm)), w=w, root=root,
                                 out=out, root_total=root_total, used=slot + 1)
     return Seating(seating.n.at[j, k].add(dn), seating.m.at[j, k].add(dm), w, root, out, root_total)
 

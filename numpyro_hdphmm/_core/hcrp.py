@@ -66,7 +66,6 @@ __all__ = [
     "StepLayout",
     "step_layout",
     "Seating",
-    "CellCheckpoint",
     "PendingSeating",
     "pending",
     "commit_vectors",
@@ -83,8 +82,6 @@ __all__ = [
     "log_prob_matrix",
     "add_customer",
     "remove_customer",
-    "checkpoint",
-    "restore",
     "concentration_statistics",
     "log_likelihood_concentrations",
 ]
@@ -123,20 +120,6 @@ class Seating(NamedTuple):
     restaurant, ``n_j.``; ``root_total ()``: ``mbar..``.  ``root``, ``out`` and ``root_total`` are
     caches of sums of the others, kept so that every customer costs ``O(1)``."""
 
-    n: jax.Array
-    m: jax.Array
-    w: jax.Array
-    root: jax.Array
-    out: jax.Array
-    root_total: jax.Array
-
-
-class CellCheckpoint(NamedTuple):
-    """The entries of a :class:`Seating` that one customer of cell ``(j, k)`` can change, as
-    they were before it moved (:func:`checkpoint`, :func:`restore`)."""
-
-    j: jax.Array
-    k: jax.Array
     n: jax.Array
     m: jax.Array
     w: jax.Array
@@ -455,28 +438,6 @@ def remove_customer(seating: Seating, j, k, u_table, u_override, log_ratios, hyp
     total = seating.root_total - is_informative.astype(jnp.int32)
     new = _change_cell(seating, j, k, -one, -close.astype(jnp.int32), w, root, out, total)
     return new, jnp.where(one > 0, log_prob(new, j, k, hyper, weak_limit), 0.0)
-
-
-def checkpoint(seating: Seating, j, k) -> CellCheckpoint:
-    """The entries a customer of cell ``(j, k)`` can change, before it moves."""
-    return CellCheckpoint(j, k, seating.n[j, k], seating.m[j, k], seating.w[k], seating.root[k], seating.out[j],
-                          seating.root_total)
-
-
-def restore(seating: Seating, saved: CellCheckpoint, keep) -> Seating:
-    """``seating`` with the entries of ``saved`` put back unless ``keep`` (an undo log entry:
-    applied in the reverse order of the checkpoints, the entries give back the seating as it was
-    before the first of them; RCD paper Alg. 1: on rejection the exact old seating)."""
-    j, k = saved.j, saved.k
-    pick = lambda now, then: jnp.where(keep, now, then)
-    return Seating(
-        seating.n.at[j, k].set(pick(seating.n[j, k], saved.n)),
-        seating.m.at[j, k].set(pick(seating.m[j, k], saved.m)),
-        seating.w.at[k].set(pick(seating.w[k], saved.w)),
-        seating.root.at[k].set(pick(seating.root[k], saved.root)),
-        seating.out.at[j].set(pick(seating.out[j], saved.out)),
-        pick(seating.root_total, saved.root_total),
-    )
 
 
 # ------------------------------------------------------------------------ concentrations

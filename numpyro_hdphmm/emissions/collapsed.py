@@ -26,7 +26,7 @@ from numpyro_hdphmm._core.slots import first_free_slot
 from numpyro_hdphmm.emissions.base import state_weights
 
 __all__ = ["CollapsedStatistics", "ConjugateStatistics", "row_of", "add_to_row", "zero_row", "rows_of",
-           "restore_rows", "prior_predictive", "new_state_in_first_free_slot"]
+           "prior_predictive", "new_state_in_first_free_slot"]
 
 
 def row_of(tree, i):
@@ -58,16 +58,6 @@ def zero_row(stats, k, when=True):
 def rows_of(tree, start, size: int):
     """Rows ``start .. start + size - 1`` (``start`` traced, ``size`` static) of every leaf."""
     return jax.tree_util.tree_map(lambda a: lax.dynamic_slice_in_dim(a, start, size, 0), tree)
-
-
-def restore_rows(tree, start, saved, keep):
-    """``tree`` with the rows ``saved`` (from :func:`rows_of`) put back at ``start`` unless ``keep``."""
-
-    def one(a, s):
-        now = lax.dynamic_slice_in_dim(a, start, s.shape[0], 0)
-        return lax.dynamic_update_slice_in_dim(a, jnp.where(keep, now, s), start, 0)
-
-    return jax.tree_util.tree_map(one, tree, saved)
 
 
 def prior_predictive(family, x, dtype):
@@ -153,18 +143,6 @@ class CollapsedStatistics:
                        aux, u)
         return jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), new, est)
 
-    # The restricted collapsed draw and split-merge moves restore the exact previous state when
-    # a proposal is rejected (RCD paper Alg. 1): an undo log of what each move changed.
-    def checkpoint(self, est, i, k):
-        """What :meth:`remove`, :meth:`add` and :meth:`free` of step ``i`` in state ``k`` can
-        change in ``est``, as it is now (a small pytree; ``i``, ``k`` traced)."""
-        raise NotImplementedError
-
-    def restore(self, est, saved, keep):
-        """``est`` with a :meth:`checkpoint` put back unless ``keep``.  Checkpoints taken before
-        a sequence of changes and restored in the reverse order give back ``est`` exactly."""
-        raise NotImplementedError
-
     def rebuild(self, est, x, valid, states, dtype):
         """``est`` brought up to date with the current observations ``x`` (flattened, ``valid``)
         and ``states (S,)``, for a sampler that carries ``est`` across calls while the data may
@@ -245,9 +223,3 @@ class ConjugateStatistics(CollapsedStatistics):
 
         return jax.tree_util.tree_map(one, est, delta)
 
-    def checkpoint(self, est, i, k):
-        return k, rows_of(est, k, 1)
-
-    def restore(self, est, saved, keep):
-        k, rows = saved
-        return restore_rows(est, k, rows, keep)

@@ -277,12 +277,6 @@ class ExplicitLikelihoods(CollapsedStatistics):
     def moved(self, est, i, delta, weight, k_old, freed, k_new, aux, u, keep):
         return est
 
-    def checkpoint(self, est, i, k):
-        return ()
-
-    def restore(self, est, saved, keep):
-        return est
-
     def log_predictive_bound(self, x):
         """No bound: a user's likelihood may be a density."""
         return float("inf")

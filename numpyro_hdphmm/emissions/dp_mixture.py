@@ -56,8 +56,6 @@ from numpyro_hdphmm.emissions.collapsed import (
     add_to_row,
     new_state_in_first_free_slot,
     prior_predictive,
-    restore_rows,
-    rows_of,
 )
 
 __all__ = ["DPMixture", "MixtureWeightsPrior", "MixtureStatistics"]
@@ -557,15 +555,3 @@ class MixtureStatistics(CollapsedStatistics):
     def draw_parameters(self, rng_key, est, family, x, weights, params, concentration_prior=None):
         """``sigma``, ``psi`` and the components given the indicators of the sweep."""
         return family.update_given_components(rng_key, x, weights, est[0], concentration_prior)
-
-    def checkpoint(self, est, i, k):
-        """Step ``i``'s indicator, state ``k``'s component statistics and counts."""
-        s, stats, counts = est
-        return i, k, s[i], rows_of(stats, k * self.width, self.width), counts[k]
-
-    def restore(self, est, saved, keep):
-        s, stats, counts = est
-        i, k, s_i, rows, counts_k = saved
-        s = s.at[i].set(jnp.where(keep, s[i], s_i))
-        stats = restore_rows(stats, k * self.width, rows, keep)
-        return s, stats, counts.at[k].set(jnp.where(keep, counts[k], counts_k))

@@ -219,7 +219,9 @@ def test_weak_limit_student_t_recovers_three_states():
     print(f"median num_states {np.median(num)}, mean Hamming {ham:.4f}, {elapsed:.1f} s")
     assert np.median(num) == 3
     assert ham < 0.05
-    # the emission sites were moved by the inner NUTS: the occupied states' locations are found
+    # the emission sites were moved by the inner NUTS: the large states' locations are found (a
+    # state of a few steps, which a sweep may open and close, is left out)
     last = np.asarray(s["y_states"])[-1]
-    used_locs = np.sort([np.asarray(s["loc"])[-1, k] for k in np.unique(last)])
+    labels, sizes = np.unique(last, return_counts=True)
+    used_locs = np.sort([np.asarray(s["loc"])[-1, k] for k in labels[sizes >= 0.05 * last.size]])
     np.testing.assert_allclose(used_locs, [-6.0, 0.0, 6.0], atol=0.6)

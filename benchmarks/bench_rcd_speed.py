@@ -41,9 +41,17 @@ PAPER = {"stepwise": 7.027, "slice": 0.469, "blocked": 29380.3, "beam": 80.681} 
 TARGET = {"stepwise": 0.7, "slice": 0.05}
 
 
-def alice_setup(mode: str, states: int, capacity: int, seed: int = 0):
+#: the HCRP emission prior's base concentration (``phi ~ Dir(B0 / V)``) and the Gamma prior of
+#: its scale ``s`` (``probs_k | phi ~ Dir(s phi)``), as the paper's Gamma(1, 1) hyperpriors
+HCRP_B0, HCRP_SCALE_PRIOR = 1.0, (1.0, 1.0)
+
+
+def alice_setup(mode: str, states: int, capacity: int, seed: int = 0, emission_prior: str = "dirichlet"):
     """The set-up of the module docstring: ``(kernel, state, sweep, train, test, emission)`` with
-    ``sweep`` the jitted ``kernel.sample`` (not yet compiled)."""
+    ``sweep`` the jitted ``kernel.sample`` (not yet compiled).  ``emission_prior="hcrp"``: the
+    paper's HCRP emission prior instead of ``Dir(0.1)``, a shared base ``phi ~ Dir(HCRP_B0 / V)``
+    and ``probs_k | phi ~ Dir(s phi)`` with ``s ~ Gamma(1, 1)``
+    (:func:`numpyro_hdphmm.emissions.hierarchical_categorical`, sites ``phi`` and ``s``)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -60,7 +68,11 @@ def alice_setup(mode: str, states: int, capacity: int, seed: int = 0):
     def model(y):
         gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
         alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
-        nh.sample("y", nh.HDPHMM(gamma, alpha, emission, max_states=capacity), obs=y)
+        family = emission
+        if emission_prior == "hcrp":
+            s = numpyro.sample("s", dist.Gamma(*HCRP_SCALE_PRIOR))
+            family = nh.emissions.hierarchical_categorical("phi", len(alice.vocabulary), s, HCRP_B0)
+        nh.sample("y", nh.HDPHMM(gamma, alpha, family, max_states=capacity), obs=y)
 
     kernel = nh.infer.RCDSampler(model, mode=mode, block_size=10)
     rng = np.random.default_rng(seed)

@@ -44,6 +44,7 @@ __all__ = [
     "sample_alpha_kappa_collapsed",
     "sample_gamma_collapsed",
     "sample_beta",
+    "sample_shared_base",
     "sample_rows",
     "sample_global",
 ]
@@ -458,6 +459,47 @@ def sample_beta(rng_key, mbar_dishes, gamma, *, weak_limit: bool):
         head = draws.dirichlet(rng_key, gamma / mbar.shape[0] + mbar)
         return jnp.concatenate([head, jnp.zeros((1,), dtype)])
     return draws.dirichlet(rng_key, jnp.concatenate([mbar, jnp.asarray(gamma, dtype)[None]]))
+
+
+def sample_shared_base(rng_key, counts, concentration, prior, max_total: int, scale_prior=None):
+    r"""The shared base ``phi (C,)`` of a two-level emission prior, and its scale, given the
+    emission counts.
+
+    Model (the RCD paper's HCRP emission prior over a finite symbol set, Sec. 5.1; Teh et al.
+    2006 Sec. 5 for the DP form): ``phi ~ Dir(prior)``, ``probs_k | phi ~ Dir(s phi)`` for every
+    state, ``y_t | z_t = k ~ Cat(probs_k)``, optionally ``s ~ Gamma(a, b)``.  With the ``probs_k``
+    integrated out, state ``k`` is a restaurant whose customers are its emissions ``n_kc``; given
+    the tables ``m_kc ~ p(m | n_kc, s phi_c) ∝ s(n_kc, m) (s phi_c)^m`` (Antoniak 1974;
+    :func:`sample_crp_tables`)
+
+        p(phi, s | m, n) ∝ p(phi) prod_c phi_c^{m_.c} * p(s) s^{m..} prod_k Gamma(s) / Gamma(s + n_k.)
+
+    (``sum_c phi_c = 1``), so ``phi | m ~ Dir(prior + m_.c)`` and, independently, with ``r_k ~
+    Beta(s, n_k.)`` for the states that emit (``Gamma(s)/Gamma(s + n) ∝ int r^{s-1} (1-r)^{n-1}
+    dr``), ``s ~ Gamma(a + m.., b - sum_k log r_k)`` (Teh et al. 2006 App. A; Escobar & West
+    1995).  The draws leave ``p(phi, s | y, z)`` invariant (data augmentation: exact).
+
+    ``counts (K, C)`` whole non-negative emission counts (rounded here); ``concentration (C,)``
+    the current ``s phi``; ``prior (C,)`` ``> 0``; ``max_total >= sum(counts)`` (static, e.g. the
+    number of steps); ``scale_prior``: ``(a, b)``, or ``None`` to keep ``s``.  Returns ``(phi (C,),
+    s)``: ``phi`` floored at the smallest normal number (a share that underflowed in the draw;
+    the density of ``phi`` stays finite), ``s`` the current ``sum(concentration)`` when kept.
+    """
+    k_tables, k_base, k_aux, k_scale = random.split(rng_key, 4)
+    counts = jnp.round(jnp.asarray(counts)).astype(jnp.int32)
+    num_states, num_symbols = counts.shape
+    conc = jnp.broadcast_to(jnp.asarray(concentration), (num_states, num_symbols))
+    dtype = conc.dtype
+    m = sample_crp_tables(k_tables, counts.reshape(-1), conc.reshape(-1), max_total).reshape(num_states, num_symbols)
+    phi = draws.dirichlet(k_base, jnp.asarray(prior, dtype) + jnp.sum(m, 0).astype(dtype))
+    phi = jnp.maximum(phi, jnp.finfo(dtype).tiny)
+    scale = jnp.sum(conc[0])
+    if scale_prior is not None:
+        sizes = jnp.sum(counts, -1)
+        r = draws.beta(k_aux, jnp.broadcast_to(scale, sizes.shape), jnp.maximum(sizes, 1).astype(dtype))
+        sum_log_r = jnp.sum(jnp.where(sizes > 0, jnp.log(jnp.maximum(r, jnp.finfo(dtype).tiny)), 0.0))
+        scale = _gamma_draw(k_scale, scale_prior[0] + jnp.sum(m).astype(dtype), scale_prior[1] - sum_log_r, dtype)
+    return phi, scale
 
 
 class GlobalDraw(NamedTuple):

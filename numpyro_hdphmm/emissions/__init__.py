@@ -14,6 +14,10 @@ family                 prior                                       parameters (s
 ``DPMixture(base, concentration, max_components)``: weak-limit DP-mixture emissions over any of
 these families (Fox et al. Sec. VI); sites ``weights`` and the base's parameters, ``(K, L', ...)``.
 
+``hierarchical_categorical(name, C, concentration, base_concentration)`` (inside a model): the
+RCD paper's two-level emission prior, ``Categorical`` around a shared base site ``name`` that every
+kernel draws exactly.
+
 ``CustomEmission(fn, num_states)``: non-conjugate emissions written as plain NumPyro, ``fn: k ->
 Distribution`` over the user's own sites (``StickyHDPHMM(..., emission=fn)`` wraps it); blocked
 kernels only (the parameters are updated by the inner NUTS kernel).
@@ -23,7 +27,7 @@ from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site, state_w
 from numpyro_hdphmm.emissions.gaussian import GaussianNIW
 from numpyro_hdphmm.emissions.autoregressive import AutoRegressive
 from numpyro_hdphmm.emissions.diagonal import DiagonalGaussian
-from numpyro_hdphmm.emissions.categorical import Categorical
+from numpyro_hdphmm.emissions.categorical import Categorical, hierarchical_categorical
 from numpyro_hdphmm.emissions.poisson import Poisson
 from numpyro_hdphmm.emissions.vmf import VonMisesFisher
 from numpyro_hdphmm.emissions.dp_mixture import DPMixture
@@ -37,6 +41,7 @@ __all__ = [
     "AutoRegressive",
     "DiagonalGaussian",
     "Categorical",
+    "hierarchical_categorical",
     "Poisson",
     "VonMisesFisher",
     "DPMixture",

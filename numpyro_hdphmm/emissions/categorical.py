@@ -17,6 +17,7 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln, xlogy
 
@@ -25,7 +26,7 @@ from numpyro_hdphmm._core.validation import as_data_array, check_integer, check_
 from numpyro_hdphmm.emissions._gamma import as_array, as_float, float_dtype
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
-__all__ = ["Categorical"]
+__all__ = ["Categorical", "hierarchical_categorical"]
 
 
 def _check_num_categories(num_categories) -> int:
@@ -85,7 +86,9 @@ class Categorical(EmissionFamily):
         (obj.concentration,) = children
         return obj
 
-    def _with_concentration(self, concentration) -> "Categorical":
+    def with_concentration(self, concentration) -> "Categorical":
+        """The same family with the Dirichlet concentration replaced (no validation: traced values
+        pass, e.g. a shared base drawn inside a sweep)."""
         return self.tree_unflatten((self.num_categories,), (concentration,))
 
     # ------------------------------------------------------------------ shapes
@@ -131,7 +134,7 @@ class Categorical(EmissionFamily):
 
     def posterior(self, stats) -> "Categorical":
         """``Dirichlet(concentration + counts)`` (MLAPP eq. (3.49)); batch shape ``(K,)``."""
-        return self._with_concentration(self.concentration + stats["counts"])
+        return self.with_concentration(self.concentration + stats["counts"])
 
     def log_marginal_likelihood(self, stats) -> jax.Array:
         """Dirichlet-multinomial evidence of the *sequence* (MLAPP eq. (5.24)): ``(K,)``.
@@ -240,3 +243,39 @@ class Categorical(EmissionFamily):
                 raise ValueError("`data` has no observed values; pass `num_categories`.")
             num_categories = max(int(observed.max()) + 1, 2)
         return cls(num_categories, concentration)
+
+
+def hierarchical_categorical(name: str, num_categories, concentration=1.0, base_concentration=1.0) -> Categorical:
+    r"""Categorical emissions whose states share a base measure: the two-level (HCRP) emission
+    prior of the RCD paper (Sec. 5.1), over a finite symbol set.  Call it inside a model.
+
+    Declares the site ``name``, the shared base ``phi ~ Dir(base_concentration / C, ...)`` (the
+    finite form of ``DP(base_concentration, uniform)``), and returns :class:`Categorical` with
+    concentration ``concentration * phi``, so that ``probs_k | phi ~ Dir(concentration * phi)``
+    (``DP(concentration, phi)`` on ``C`` symbols) for every state: symbols frequent in some states
+    become likely in new and rarely visited ones.
+
+    Every MCMC kernel recognizes the site (:attr:`~numpyro_hdphmm.infer.discovery.HyperSites.emission_base`)
+    and draws ``phi`` exactly each sweep, with the states' emission probabilities integrated out
+    (:func:`~numpyro_hdphmm._core.crp.sample_shared_base`); a model that writes the same two lines
+    itself is recognized too.  ``concentration`` may be a sample site of the model (it then goes
+    to the inner kernel).
+
+    Args:
+        name: the base's site name.
+        num_categories: ``C >= 2``.
+        concentration: scalar ``> 0``, the states' concentration around ``phi``.
+        base_concentration: scalar ``> 0``, the total mass of ``phi``'s symmetric Dirichlet.
+    """
+    C = _check_num_categories(num_categories)
+    for arg, value in (("concentration", concentration), ("base_concentration", base_concentration)):
+        value = as_array(value, arg)
+        if jnp.ndim(value) != 0:
+            raise ValueError(f"`{arg}` must be a scalar, got shape {jnp.shape(value)}.")
+        check_positive(arg, value)
+    b0 = as_array(base_concentration, "base_concentration")
+    dtype = float_dtype(b0)
+    phi = numpyro.sample(name, dist.Dirichlet(jnp.full((C,), as_float(b0, dtype) / C)))
+    # a symbol whose share underflowed (Dir(b0 / C) with a large C puts nearly all mass on few
+    # symbols) keeps the smallest normal concentration, so that the Dirichlet stays proper
+    return Categorical(C, jnp.maximum(as_array(concentration, "concentration") * phi, jnp.finfo(phi.dtype).tiny))

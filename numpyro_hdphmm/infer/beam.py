@@ -69,7 +69,8 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.slices import draw_slices, extend_sticks, slice_ffbs
 from numpyro_hdphmm._core.slots import compact_states, used_slots
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
+                                       update_emission_parameters)
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
 from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
@@ -216,12 +217,12 @@ class Beam(Algorithm):
         beta = jnp.concatenate([head, jnp.maximum(1.0 - jnp.sum(head), 0.0)[None]])
         # 5. emission parameters (free slots: no data, a draw from the prior)
         weights = state_weights(states, data.valid, capacity, dtype=beta.dtype)
-        params, sigma = view.emission.update_parameters(
-            k_theta, flatten_time(data.x), weights.reshape(-1, capacity), params, view.dp_concentration_prior)
+        params, sigma, shared = update_emission_parameters(k_theta, spec, view, view.emission, flatten_time(data.x),
+                                                           weights.reshape(-1, capacity), params)
         # 6. tables, hyperparameters, beta, rows
         draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False,
                                  hyperparameters=spec.hyperparameters)
-        hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
+        hyper = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}
         info = BeamInfo(overflow=overflow | split_overflow, num_instantiated=jnp.sum(inst).astype(jnp.int32),
                         ffbs_ok=jnp.all(ok), split_merge_accept=split_merge_accept)
         return Explicit(states, draw.beta, draw.trans, params, hyper), info

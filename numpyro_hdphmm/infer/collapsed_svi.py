@@ -580,6 +580,11 @@ class CollapsedSVI:
                     "is random; CollapsedSVI supports a constant kappa only (gamma and alpha may be Gamma-prior sites).")
         if hyper.dp_concentration is not None:
             raise NotImplementedError(f"{name}: DP-mixture emissions are not supported.")
+        if hyper.emission_base is not None:
+            raise NotImplementedError(
+                f"{name}: site '{hyper.emission_base}' is a shared emission base (a Dirichlet site the categorical "
+                "emission's concentration is proportional to), which has no variational update here; fix it to a "
+                "constant (e.g. its posterior mean from an MCMC kernel, which all update it exactly).")
         if spec.inner_sites:
             reasons = {u.site: u.reason for u in spec.plan if u.update == "inner"}
             listed = "; ".join(f"'{s}' ({reasons.get(s, '')})" for s in spec.inner_sites)

@@ -60,7 +60,8 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
+                                       sample_emission_base)
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.split_merge import SPLIT_MERGE_STREAM, check_split_merge, split_merge_given_beta
 
@@ -268,9 +269,12 @@ class DirectAssignment(Algorithm):
         # the emission parameters (and a DP-mixture concentration) given the states of the sweep
         # (a DP mixture's component indicators, the only statistics read here, do not depend on the labels)
         weights = state_weights(states, data.valid, capacity, draw.beta.dtype).reshape(-1, capacity)
-        params, sigma = statistics.draw_parameters(k_theta, sweep.est, view.emission, flatten_time(data.x), weights,
+        # (a shared emission base first, with the parameters integrated out; its counts' rows need no relabelling)
+        emission, shared = sample_emission_base(random.fold_in(k_theta, 1), spec, view,
+                                                sweep.est["counts"] if spec.hyper.emission_base else None)
+        params, sigma = statistics.draw_parameters(k_theta, sweep.est, emission, flatten_time(data.x), weights,
                                                    params, view.dp_concentration_prior)
-        hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
+        hyper = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}
         info = DirectAssignmentInfo(sweep.overflow | split_overflow, split_merge_accept)
         return Explicit(states, draw.beta, draw.trans, params, hyper), info
 

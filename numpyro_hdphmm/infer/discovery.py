@@ -35,6 +35,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.primitives import Messenger
 
 from numpyro_hdphmm._core.crp import HYPERPARAMETER_UPDATES, Concentrations, HyperPriors
+from numpyro_hdphmm.emissions.categorical import Categorical
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = [
@@ -76,7 +77,10 @@ class HyperSites(NamedTuple):
     """Sites with an exact auxiliary-variable update (``None``: none).  ``alpha``/``kappa``
     (independent Gamma priors) and ``c``/``rho`` (``alpha + kappa`` Gamma, ``kappa / (alpha +
     kappa)`` Beta) are never both set; ``dp_concentration``: a Gamma-prior site whose value is the
-    concentration of a DP-mixture emission."""
+    concentration of a DP-mixture emission; ``emission_base``: a Dirichlet site ``phi`` whose value
+    times a scalar is the concentration of a categorical emission (the shared base of a two-level
+    emission prior, :func:`numpyro_hdphmm.emissions.hierarchical_categorical`); ``emission_scale``:
+    with it, a Gamma-prior site whose value is that scalar."""
 
     gamma: Optional[str] = None
     alpha: Optional[str] = None
@@ -84,6 +88,8 @@ class HyperSites(NamedTuple):
     c: Optional[str] = None
     rho: Optional[str] = None
     dp_concentration: Optional[str] = None
+    emission_base: Optional[str] = None
+    emission_scale: Optional[str] = None
 
     @property
     def sites(self) -> Tuple[str, ...]:
@@ -166,13 +172,17 @@ class SequenceData(NamedTuple):
 class ModelView(NamedTuple):
     """The model as one sweep sees it at the current values: the concentrations, the emission
     family (with its current hyperparameters), the data, the priors of the sites with exact
-    updates (``priors``; ``dp_concentration_prior``: ``(shape, rate)`` or ``None``)."""
+    updates (``priors``; ``dp_concentration_prior``: ``(shape, rate)`` or ``None``;
+    ``emission_base_prior``: the ``(C,)`` Dirichlet concentration of the shared emission base, or
+    ``None``; ``emission_scale_prior``: ``(shape, rate)`` of its scale's Gamma prior, or ``None``)."""
 
     hyper: Concentrations
     emission: object
     data: SequenceData
     priors: HyperPriors
     dp_concentration_prior: Optional[Tuple] = None
+    emission_base_prior: Optional[jax.Array] = None
+    emission_scale_prior: Optional[Tuple] = None
 
 
 # ------------------------------------------------------------------------------ tracing
@@ -428,6 +438,97 @@ def _recognize(model, sites: HMMSites, trace, latent, model_args, model_kwargs, 
     return hyper, reasons
 
 
+def _emission_base_probe(model, sites: HMMSites, model_args, model_kwargs, values, probed):
+    """``(concentration of the categorical emission, the arguments of every other site)`` at
+    ``values``; left out: the ``probed`` sites, the emission parameter sites (whose prior is the
+    concentration) and the emission family of the observed site."""
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
+    obs_fn = tr[sites.obs]["fn"]
+    skip = {*probed, *sites.param_sites}
+    others = []
+    for name, entry in tr.items():
+        if entry["type"] != "sample" or name in skip:
+            continue
+        fn = entry["fn"]
+        others.extend(jax.tree_util.tree_leaves((fn.params, fn.states, fn.lengths) if name == sites.obs else fn))
+    return obs_fn.emission.concentration, others
+
+
+def _recognize_emission_base(model, sites: HMMSites, trace, latent, model_args, model_kwargs, emission, taken):
+    """``(base site or None, scale site or None, {site: reason})``.
+
+    The base: a latent Dirichlet site ``phi`` (constant concentration, event ``(C,)``) whose value
+    times one scalar is the concentration of a :class:`Categorical` emission and which feeds
+    nothing else.  The scale: then, a scalar Gamma site (constant parameters) whose value is that
+    scalar and which feeds nothing else.  Both checked numerically at two probe values."""
+    if not isinstance(emission, Categorical) or emission.batch_shape != ():
+        return None, None, {}
+    num_symbols = emission.num_categories
+    owned = set(sites.owned) | set(taken)
+    reasons = {}
+    rng = np.random.default_rng(54321)
+    fixed = {s: trace[s]["value"] for s in latent}
+    dtype = jnp.result_type(float)
+
+    def probe(site, values, also=None):
+        """``(concentrations, other arguments)`` at each value of ``site`` (and the values
+        ``also`` of other sites), or a reason."""
+        try:
+            results = [_emission_base_probe(model, sites, model_args, model_kwargs, {**fixed, **(also or {}), site: v},
+                                            (site, *(also or {})))
+                       for v in values]
+        except Exception as err:  # reported: the plan says why the site goes to the inner kernel
+            return f"recognition probe failed ({type(err).__name__}: {err})"
+        if not all(_is_constant(c) and all(_is_constant(x) for x in o) for c, o in results):
+            return "the emission's concentration depends on the data or on traced values at the probes"
+        return results
+
+    def unchanged(results):
+        (_, a), (_, b) = results
+        return len(a) == len(b) and all(np.shape(x) == np.shape(y) and _close(x, y) for x, y in zip(a, b))
+
+    base = None
+    for s in latent:
+        fn = unwrap(trace[s]["fn"])
+        if s in owned or not isinstance(fn, dist.Dirichlet) or tuple(trace[s]["fn"].shape()) != (num_symbols,):
+            continue
+        if not _is_constant(fn.concentration):
+            reasons[s] = "a Dirichlet prior whose concentration depends on other sites (the exact update needs a fixed prior)"
+            continue
+        values = [jnp.asarray(rng.dirichlet(np.full(num_symbols, 2.0)), dtype) for _ in range(2)]
+        results = probe(s, values)
+        if isinstance(results, str):
+            reasons[s] = results
+            continue
+        scales = [np.asarray(c) / np.asarray(v) for (c, _), v in zip(results, values)]
+        if not all(_close(sc, scales[0][0]) for sc in scales):
+            reasons[s] = "a Dirichlet site over the emission's categories, but the emission concentration is not a constant times it"
+        elif not unchanged(results):
+            reasons[s] = "the shared emission base, but it also enters other sites (the exact update needs it to feed nothing else)"
+        else:
+            base = s
+            break
+    if base is None:
+        return None, None, reasons
+    for s in latent:
+        fn = unwrap(trace[s]["fn"])
+        scalar = tuple(trace[s]["fn"].shape()) == () and jnp.shape(trace[s]["value"]) == ()
+        if s in owned or s == base or not (isinstance(fn, dist.Gamma) and scalar):
+            continue
+        if not (_is_constant(fn.concentration) and _is_constant(fn.rate)):
+            continue
+        values = [jnp.asarray(v, dtype) for v in (0.7, 2.3)]
+        phi = jnp.asarray(rng.dirichlet(np.full(num_symbols, 2.0)), dtype)  # no share near zero
+        results = probe(s, values, {base: phi})
+        if isinstance(results, str):
+            continue
+        if all(_close(np.asarray(c) / np.asarray(phi), v) for (c, _), v in zip(results, values)):
+            if unchanged(results):
+                return base, s, reasons
+            reasons[s] = "the scale of the shared emission base, but it also enters other sites"
+    return base, None, reasons
+
+
 _EXACT_REASONS = {
     "gamma": "gamma: Escobar-West auxiliary variables given the informative tables (Fox et al. eqs. 54-56)",
     "alpha": "alpha: Beta auxiliaries of the restaurants given the tables (Fox et al. App. III, independent Gamma priors)",
@@ -435,6 +536,10 @@ _EXACT_REASONS = {
     "c": "alpha + kappa: Beta auxiliaries given the tables (Fox et al. eqs. 50-53)",
     "rho": "kappa / (alpha + kappa): Beta given the override tables (Fox et al. eq. 50)",
     "dp_concentration": "DP-mixture concentration: auxiliary variables given the component tables (Fox et al. App. III)",
+    "emission_base": "shared emission base: Dir(prior + m_.c) given the tables of the states' emission restaurants, "
+                     "the emission probabilities integrated out (Teh et al. 2006 Sec. 5)",
+    "emission_scale": "scale of the shared emission base: Beta auxiliaries given the tables of the states' emission "
+                      "restaurants (Teh et al. 2006 App. A)",
 }
 
 _COLLAPSED_REASONS = {
@@ -444,6 +549,10 @@ _COLLAPSED_REASONS = {
     "alpha": "alpha: slice sampling of log alpha given the states and beta, the rows integrated out (Dirichlet-multinomial)",
     "kappa": "kappa: slice sampling of log kappa given the states and beta, the rows integrated out (Dirichlet-multinomial)",
 }
+
+
+#: the roles whose update ``hyperparameters="collapsed"`` changes (the HDP's concentrations)
+_COLLAPSED_ROLES = ("gamma", "alpha", "kappa", "c", "rho")
 
 
 def _collapsed_reason(role: str, hyper: HyperSites) -> str:
@@ -513,6 +622,12 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
         beta_prior = "gem" if type(beta_fn).__name__ == "GEM" else "weak_limit"
         if exact_hyperparameters:
             hyper, reasons = _recognize(model, sites, trace, latent, model_args, model_kwargs, own_dp_concentration)
+            base_site, scale_site, base_reasons = _recognize_emission_base(model, sites, trace, latent, model_args,
+                                                                           model_kwargs, emission, hyper.sites)
+            hyper = hyper._replace(emission_base=base_site, emission_scale=scale_site)
+            reasons.update(base_reasons)
+            for s in (base_site, scale_site):
+                reasons.pop(s, None)
         else:
             hyper, reasons = HyperSites(), {}
         owned = set(sites.owned)
@@ -524,7 +639,7 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
     for s in latent:
         if s in role_of:
             rows.append(SiteUpdate(s, "algorithm", describe.get(role_of[s], role_of[s])))
-        elif s in exact_role and hyperparameters == "collapsed" and exact_role[s] != "dp_concentration":
+        elif s in exact_role and hyperparameters == "collapsed" and exact_role[s] in _COLLAPSED_ROLES:
             why = f"{_describe_prior(trace[s]['fn'])} prior; {_collapsed_reason(exact_role[s], hyper)}"
             rows.append(SiteUpdate(s, "collapsed", why))
         elif s in exact_role:
@@ -580,4 +695,7 @@ def model_view(model, spec: ModelSpec, model_args, model_kwargs, values) -> Mode
         priors=HyperPriors(gamma=prior(hyper_sites.gamma), alpha=prior(hyper_sites.alpha), kappa=prior(hyper_sites.kappa),
                            c=prior(hyper_sites.c), rho=prior(hyper_sites.rho)),
         dp_concentration_prior=prior(hyper_sites.dp_concentration),
+        emission_base_prior=(None if hyper_sites.emission_base is None
+                             else unwrap(tr[hyper_sites.emission_base]["fn"]).concentration),
+        emission_scale_prior=prior(hyper_sites.emission_scale),
     )

@@ -87,7 +87,8 @@ from numpyro_hdphmm._core.smc import (
     trace_lineage,
 )
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
+                                       update_emission_parameters)
 from numpyro_hdphmm.infer.beam import Beam, drop_unused
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 
@@ -399,12 +400,12 @@ class ParticleGibbs(Algorithm):
         beta = jnp.concatenate([head, jnp.maximum(1.0 - jnp.sum(head), 0.0)[None]])
         # 3. emission parameters (free slots: no data, a draw from the prior)
         weights = state_weights(states, data.valid, capacity, dtype=dtype)
-        params, sigma = emission.update_parameters(
-            k_theta, flatten_time(data.x), weights.reshape(-1, capacity), params, view.dp_concentration_prior)
+        params, sigma, shared = update_emission_parameters(k_theta, spec, view, emission, flatten_time(data.x),
+                                                           weights.reshape(-1, capacity), params)
         # 4. tables, hyperparameters, beta, rows
         draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False,
                                  hyperparameters=spec.hyperparameters)
-        hyper_values = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
+        hyper_values = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}
         return Explicit(states, draw.beta, draw.trans, params, hyper_values), info
 
 

@@ -84,7 +84,8 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer import franchise
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, hyper_site_values
+from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, emission_with_base, hyper_site_values,
+                                       sample_emission_base)
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
 from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_sweep
@@ -144,8 +145,8 @@ class Move(NamedTuple):
 
 def settle(accepted, proposed: CollapsedState, restore, removed: CollapsedState, move: Move) -> CollapsedState:
     """The state after the MH decision (RCD paper Alg. 1, last lines): the proposal if
-    ``accepted``, else the exact previous state, given back by ``restore(keep)`` (an undo log of
-    the entries the move changed, or the whole old state).  ``removed`` (the state without the
+    ``accepted``, else the exact previous state, given back by ``restore(keep)`` (a select of the
+    whole old state).  ``removed`` (the state without the
     move's customers) and ``move`` are what a variant that re-seats the old draws would need;
     the paper shows that variant is wrong (the seating of the old draws would then follow the
     proposal of the seating instead of its conditional)."""
@@ -635,7 +636,9 @@ class RCD(Algorithm):
             weights = franchise.emission_weights(collapsed, ctx.data, dtype)
             _, sigma = statistics.draw_parameters(k_sigma, collapsed.est, view.emission, ctx.data.x, weights,
                                                   state.params, view.dp_concentration_prior)
-        values = hyper_site_values(spec, hyper, sigma if spec.hyper.dp_concentration else None)
+        _, shared = sample_emission_base(random.fold_in(k_sigma, 1), spec, view,
+                                         collapsed.est["counts"] if spec.hyper.emission_base else None)
+        values = {**hyper_site_values(spec, hyper, sigma if spec.hyper.dp_concentration else None), **shared}
         info = RCDInfo(overflow, sweep.accepted.astype(dtype) / jnp.maximum(sweep.attempted, 1).astype(dtype),
                        split_merge_accept)
         return RCDState(collapsed, state.params, hyper, sigma, values), info
@@ -654,7 +657,7 @@ class RCD(Algorithm):
         beta = crp.sample_beta(k_beta, seating.root, hyper.gamma, weak_limit=False).astype(dtype)
         trans = crp.sample_rows(k_rows, beta, hyper.alpha, hyper.kappa, seating.n[:capacity], seating.n[capacity])
         statistics = self._statistics(spec, view)
-        emission = view.emission
+        emission = emission_with_base(spec, view.emission, state.hyper)
         if state.dp_concentration is not None:
             emission = emission.with_dp_concentration(state.dp_concentration)
         data = view.data

@@ -80,7 +80,8 @@ from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm._core.slots import used_slots
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
+                                       update_emission_parameters)
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
 from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
@@ -186,14 +187,14 @@ class WeakLimit(Algorithm):
         states = jnp.where(ffbs_ok, new_states, state.states)
         # 2. emission parameters from their conjugate posteriors
         weights = state_weights(states, data.valid, capacity, dtype=trans.dtype)
-        params, sigma = emission.update_parameters(
-            k_theta, flatten_time(data.x), weights.reshape(-1, capacity), state.params, view.dp_concentration_prior)
+        params, sigma, shared = update_emission_parameters(k_theta, spec, view, emission, flatten_time(data.x),
+                                                           weights.reshape(-1, capacity), state.params)
         # 3. tables, hyperparameters, beta, rows
         # one cycle of the O(L^2) (alpha, kappa) update: this sweep is cheap enough that two more
         # would add about 30% per sweep (docs/benchmarks.md, "Hyperparameter mixing")
         draw = crp.sample_global(k_global, states, data.lengths, state.beta, view.hyper, view.priors, weak_limit=True,
                                  hyperparameters=spec.hyperparameters, hyper_cycles=1, gamma_cycles=3)
-        hyper = hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None)
+        hyper = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}
         overflow = jnp.all(used_slots(states, data.lengths, capacity)) | split_overflow
         info = WeakLimitInfo(overflow, ffbs_ok, split_merge_accept)
         return Explicit(states, draw.beta, draw.trans, params, hyper), info

@@ -66,11 +66,13 @@ def _simplex_rule(num_states, num_nodes=60):
     raise ValueError("quadrature implemented for 2 or 3 states")
 
 
-def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_categories, emission_conc):
+def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_categories, emission_conc,
+                               log_emission=None):
     """Exact posterior over the joint partition of ``sequences`` (lists of category indices)
     under the weak-limit sticky HDP-HMM with categorical emissions: rows integrated out
     (Dirichlet-multinomial), ``beta ~ Dir(gamma/L)`` integrated by quadrature, emission
-    probabilities integrated out (Dirichlet-categorical)."""
+    probabilities integrated out (Dirichlet-categorical; ``log_emission``: ``partition key ->
+    log p(y | partition)`` instead)."""
     L = num_states
     lengths = [len(s) for s in sequences]
     flat_y = np.concatenate([np.asarray(s) for s in sequences])
@@ -83,9 +85,12 @@ def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_c
     for flat_z in itertools.product(range(L), repeat=len(flat_y)):
         flat_z = np.array(flat_z)
         # emission marginal
-        counts_y = np.zeros((L, num_categories))
-        np.add.at(counts_y, (flat_z, flat_y), 1)
-        log_py = _log_dirmult_rows(counts_y, np.full((L, num_categories), emission_conc))
+        if log_emission is not None:
+            log_py = log_emission(partition_key(flat_z))
+        else:
+            counts_y = np.zeros((L, num_categories))
+            np.add.at(counts_y, (flat_z, flat_y), 1)
+            log_py = _log_dirmult_rows(counts_y, np.full((L, num_categories), emission_conc))
         n, first = infinite_transition_counts(flat_z, lengths, L)
         log_pz = np.array([
             _log_dirmult_rows(first[None], alpha * b[None])
@@ -201,12 +206,72 @@ def _log_dirmult_partition(flat_z, flat_y, num_categories, emission_conc):
     return _log_dirmult_rows(counts, np.full(counts.shape, float(emission_conc)))
 
 
-def exact_infinite_posterior(sequences, gamma, alpha, kappa, num_categories, emission_conc):
+def shared_base_emission(scale, base_prior, num_nodes=400, scale_prior=None):
+    """The emission term of two symbols under a shared base (``phi ~ Beta(*base_prior)`` as
+    ``(phi, 1 - phi)``, ``probs_k | phi ~ Dir(scale (phi, 1 - phi))``, both integrated out):
+    ``counts (K, 2) -> (log p(y | partition), E[phi | y, partition], E[scale | y, partition])`` by
+    Gauss-Legendre quadrature over ``phi`` and, with ``scale_prior = (a, b)`` (``scale ~ Gamma(a,
+    b)``, ``scale`` then unused), a trapezoid rule over ``log scale``."""
+    x, w = leggauss(num_nodes)
+    u, wu = (x + 1) / 2, w / 2
+    b0, b1 = base_prior
+    log_prior = (b0 - 1) * np.log(u) + (b1 - 1) * np.log1p(-u) - (gammaln(b0) + gammaln(b1) - gammaln(b0 + b1))
+    log_w = np.log(wu) + log_prior
+    if scale_prior is None:
+        scales, log_ws = np.array([float(scale)]), np.zeros(1)
+    else:
+        a, b = scale_prior
+        log_s = np.linspace(-9.0, 6.0, 601)
+        scales = np.exp(log_s)
+        # Gamma(a, b) density in log s (Jacobian s), trapezoid weights
+        log_ws = a * np.log(b) - gammaln(a) + a * log_s - b * scales + np.log(np.gradient(log_s))
+    conc = scales[:, None, None] * np.stack([u, 1 - u], -1)[None]  # (S, nodes, 2)
+
+    def evaluate(counts):
+        counts = np.asarray(counts, float)
+        ll = np.sum(gammaln(scales[:, None]) - gammaln(scales[:, None] + counts.sum(-1)[None]), -1)[:, None]  # (S, 1)
+        ll = ll + np.sum(gammaln(conc[:, :, None, :] + counts) - gammaln(conc[:, :, None, :]), axis=(2, 3))
+        log_f = ll + log_w[None] + log_ws[:, None]
+        log_py = np.logaddexp.reduce(log_f.reshape(-1))
+        post = np.exp(log_f - log_py)
+        return log_py, float(np.sum(post * u[None])), float(np.sum(post * scales[:, None]))
+
+    return evaluate
+
+
+def exact_shared_base_posterior(sequences, gamma, alpha, kappa, scale, base_prior, num_states=None, scale_prior=None):
+    """``(partition -> posterior probability, E[phi | y], E[scale | y])`` of the (sticky) HDP-HMM
+    with two symbols under a shared emission base (:func:`shared_base_emission`): the infinite
+    model (``num_states=None``, all Bell(T) partitions) or the weak limit over ``num_states``
+    states."""
+    evaluate = shared_base_emission(scale, base_prior, scale_prior=scale_prior)
+    flat_y = np.concatenate([np.asarray(s, int) for s in sequences])
+    cache = {}
+
+    def emission(key):
+        if key not in cache:
+            z = np.asarray(key, int)
+            counts = np.zeros((z.max() + 1, 2))
+            np.add.at(counts, (z, flat_y), 1)
+            cache[key] = evaluate(counts)
+        return cache[key]
+
+    log_emission = lambda key: emission(partition_key(key))[0]
+    if num_states is None:
+        exact = exact_infinite_posterior(sequences, gamma, alpha, kappa, 2, None, log_emission=log_emission)
+    else:
+        exact = exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, 2, None, log_emission=log_emission)
+    return (exact, sum(p * emission(key)[1] for key, p in exact.items()),
+            sum(p * emission(key)[2] for key, p in exact.items()))
+
+
+def exact_infinite_posterior(sequences, gamma, alpha, kappa, num_categories, emission_conc, log_emission=None):
     """Exact posterior over the joint partition of ``sequences`` (lists of category indices)
     under the infinite sticky HDP-HMM with categorical emissions ``theta_k ~ Dir(emission_conc
     1_C)`` integrated out: ``p(partition | y) ∝ p(partition) prod_k DirMult(y_k)``, enumerated
     over all Bell(T) partitions of the ``T = sum(len)`` concatenated steps.  Keys are
-    ``partition_key`` tuples."""
+    ``partition_key`` tuples.  ``log_emission``: ``partition key -> log p(y | partition)`` in place
+    of the Dirichlet-multinomial."""
     if not sequences or any(len(s) < 1 for s in sequences):
         raise ValueError("`sequences` must be a non-empty list of non-empty sequences.")
     lengths = [len(s) for s in sequences]
@@ -215,7 +280,8 @@ def exact_infinite_posterior(sequences, gamma, alpha, kappa, num_categories, emi
         raise ValueError(f"`sequences` must hold categories in [0, {num_categories}).")
     keys = restricted_growth_strings(flat_y.size)
     logs = np.array([
-        partition.log_partition_prior(z, lengths, gamma, alpha, kappa) + _log_dirmult_partition(z, flat_y, num_categories, emission_conc)
+        partition.log_partition_prior(z, lengths, gamma, alpha, kappa)
+        + (log_emission(z) if log_emission else _log_dirmult_partition(z, flat_y, num_categories, emission_conc))
         for z in keys
     ])
     probs = np.exp(logs - np.logaddexp.reduce(logs))

@@ -79,8 +79,7 @@ from numpyro_hdphmm.infer import initialization
 from numpyro_hdphmm.infer.sharding import SequenceSharding
 from numpyro_hdphmm.primitives import HDP_ROLE
 
-__all__ = ["Explicit", "Algorithm", "HDPState", "HDPKernel", "flatten_time", "collapse_rows", "LARGE_CAPACITY",
-           "emission_with_base", "sample_emission_base", "update_emission_parameters"]
+__all__ = ["Explicit", "Algorithm", "HDPState", "HDPKernel", "flatten_time", "collapse_rows", "LARGE_CAPACITY"]
 
 
 class Explicit(NamedTuple):
@@ -112,52 +111,6 @@ def hyper_site_values(spec: ModelSpec, hyper: crp.Concentrations, sigma=None) ->
         if site is not None:
             values[site] = jnp.asarray(value, jnp.result_type(float))
     return values
-
-
-def emission_with_base(spec: ModelSpec, emission, values):
-    """The categorical ``emission`` with its shared base ``phi`` (:attr:`HyperSites.emission_base`)
-    and scale ``s`` replaced by ``values[site]``: concentration ``s phi``, where ``s`` is the
-    scale site's value or, without one, the recognized constant ``sum of the current
-    concentration`` (``emission`` itself without a shared base)."""
-    hyper = spec.hyper
-    if hyper.emission_base is None:
-        return emission
-    conc = emission.concentration
-    scale = jnp.sum(conc, -1, keepdims=True) if hyper.emission_scale is None else values[hyper.emission_scale]
-    new = jnp.asarray(scale, conc.dtype) * jnp.asarray(values[hyper.emission_base], conc.dtype)
-    return emission.with_concentration(jnp.maximum(new, jnp.finfo(conc.dtype).tiny))  # as the model's floor
-
-
-def sample_emission_base(rng_key, spec: ModelSpec, view: ModelView, counts):
-    """``(emission, {site: value})``: the shared emission base (and its scale, if it is a site)
-    drawn given the emission counts ``(K, C)`` of the states, the emission probabilities
-    integrated out (:func:`~numpyro_hdphmm._core.crp.sample_shared_base`), and the family with
-    them; ``(view.emission, {})`` without a shared base."""
-    hyper = spec.hyper
-    if hyper.emission_base is None:
-        return view.emission, {}
-    emission = view.emission
-    phi, scale = crp.sample_shared_base(rng_key, counts, emission.concentration, view.emission_base_prior,
-                                        view.data.valid.size, view.emission_scale_prior)
-    values = {hyper.emission_base: phi}
-    if hyper.emission_scale is not None:
-        values[hyper.emission_scale] = scale
-    return emission_with_base(spec, emission, values), values
-
-
-def update_emission_parameters(rng_key, spec: ModelSpec, view: ModelView, emission, x, weights, params):
-    """The emission step of a kernel that keeps the parameters explicit: ``(params, sigma,
-    {site: phi})``.  With a shared emission base, ``phi`` is drawn first with the parameters
-    integrated out, then the parameters given it (one blocked draw of both given the states);
-    otherwise :meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.update_parameters` alone.
-    ``x`` time-flattened, ``weights (steps, K)``."""
-    shared = {}
-    if spec.hyper.emission_base is not None:
-        counts = emission.sufficient_statistics(x, weights)["counts"]
-        emission, shared = sample_emission_base(random.fold_in(rng_key, 1), spec, view._replace(emission=emission),
-                                                counts)
-    params, sigma = emission.update_parameters(rng_key, x, weights, params, view.dp_concentration_prior)
-    return params, sigma, shared
 
 
 class _CollapsedChain(dist.Distribution):
@@ -816,7 +769,8 @@ class HDPKernel(MCMCKernel):
                                                                         options))
         start = initialization.states_given(k_given, spec, view, start,
                                             given_params=all(s in given for s in sites.param_sites),
-                                            given_beta=sites.beta in given, given_trans=sites.trans in given)
+                                            given_beta=sites.beta in given, given_trans=sites.trans in given,
+                                            given_base=spec.hyper.emission_base in given)
         return self._with_explicit(z, start), view, start
 
     def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key):

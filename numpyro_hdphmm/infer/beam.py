@@ -69,9 +69,9 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.slices import draw_slices, extend_sticks, slice_ffbs
 from numpyro_hdphmm._core.slots import compact_states, used_slots
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
-                                       update_emission_parameters)
+from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
 from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
 

@@ -60,9 +60,9 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
-                                       sample_emission_base)
+from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.emission_base import sample_emission_base
 from numpyro_hdphmm.infer.split_merge import SPLIT_MERGE_STREAM, check_split_merge, split_merge_given_beta
 
 __all__ = ["DirectAssignmentGibbs", "DirectAssignment", "DirectAssignmentInfo", "StepLayout", "step_layout",

@@ -47,6 +47,7 @@ from numpyro import handlers
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.clustering import kmeans, merge_unimodal, window_sum
 from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm.infer.emission_base import update_emission_parameters
 
 __all__ = ["DATA", "PRIOR", "DataInit", "init_to_data", "resolve_init_strategy", "cluster_states", "states_given",
            "strategy_values", "given_values"]
@@ -196,11 +197,13 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
 
 
 def states_given(rng_key, spec, view, start, *, given_params: bool = False, given_beta: bool = False,
-                 given_trans: bool = False):
+                 given_trans: bool = False, given_base: bool = False):
     """``start`` (an :class:`~numpyro_hdphmm.infer.base.Explicit`) with what was not given drawn
     given its states: the emission parameters from their conditional (``update_parameters``; the
-    user's sites of a custom emission are kept), the tables, ``beta`` and the rows from theirs
-    (:func:`~numpyro_hdphmm._core.crp.sample_global`, the concentrations held fixed)."""
+    user's sites of a custom emission are kept; a shared emission base first, unless
+    ``given_base``, its scale held fixed: :func:`~numpyro_hdphmm.infer.emission_base.update_emission_parameters`),
+    the tables, ``beta`` and the rows from theirs (:func:`~numpyro_hdphmm._core.crp.sample_global`,
+    the concentrations held fixed)."""
     k_theta, k_global = random.split(rng_key)
     capacity = spec.capacity
     data = view.data
@@ -210,8 +213,12 @@ def states_given(rng_key, spec, view, start, *, given_params: bool = False, give
         dtype = jnp.result_type(start.beta.dtype, float)
         weights = state_weights(states, data.valid, capacity, dtype=dtype).reshape(-1, capacity)
         x_flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), data.x)
-        params, _ = view.emission.update_parameters(k_theta, x_flat, weights, params)
+        base_spec = spec if not given_base else spec._replace(hyper=spec.hyper._replace(emission_base=None))
+        fixed = view._replace(emission_scale_prior=None, dp_concentration_prior=None)  # concentrations held fixed
+        params, _, shared = update_emission_parameters(k_theta, base_spec, fixed,
+                                                       view.emission, x_flat, weights, params)
         params = {k: jnp.asarray(v, start.params[k].dtype) for k, v in params.items()}
+        start = start._replace(hyper={**start.hyper, **{k: jnp.asarray(v, start.hyper[k].dtype) for k, v in shared.items()}})
     beta, trans = start.beta, start.trans
     if not (given_beta and given_trans):
         draw = crp.sample_global(k_global, states, data.lengths, start.beta, view.hyper, crp.HyperPriors(),

@@ -87,10 +87,10 @@ from numpyro_hdphmm._core.smc import (
     trace_lineage,
 )
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
-                                       update_emission_parameters)
+from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.beam import Beam, drop_unused
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.emission_base import update_emission_parameters
 
 __all__ = ["PGAS", "ParticleGibbs", "PGASInfo", "StateGraph", "SMCResult", "conditional_smc", "PROPOSALS"]
 

@@ -84,9 +84,9 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer import franchise
-from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, emission_with_base, hyper_site_values,
-                                       sample_emission_base)
+from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.emission_base import emission_with_base, sample_emission_base
 from numpyro_hdphmm.infer.franchise import CollapsedState, Context
 from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_sweep
 from numpyro_hdphmm.primitives import HDP_ROLE

@@ -80,9 +80,9 @@ from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm._core.slots import used_slots
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import (Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values,
-                                       update_emission_parameters)
+from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
 from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
 from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
 from numpyro_hdphmm.primitives import HDP_ROLE

@@ -1,0 +1,68 @@
+r"""The shared emission base of a categorical emission (the RCD paper's HCRP emission prior,
+:func:`numpyro_hdphmm.emissions.hierarchical_categorical`): how every kernel draws it.
+
+Discovery recognizes the base ``phi`` (a Dirichlet site whose value times a scalar ``s`` is the
+``Categorical`` concentration) and, optionally, ``s`` (a Gamma site)
+(:attr:`~numpyro_hdphmm.infer.discovery.HyperSites.emission_base`, ``emission_scale``).  Once per
+sweep, given the states' emission counts and with the emission probabilities integrated out,
+:func:`sample_emission_base` draws both exactly (:func:`numpyro_hdphmm._core.crp.sample_shared_base`).
+Kernels that integrate the emissions out (direct assignment, RCD) call it after their sweep;
+kernels that keep them explicit (weak limit, beam, PGAS) call :func:`update_emission_parameters`,
+which draws the base and then the parameters given it, and so does the data-driven start.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import random
+
+from numpyro_hdphmm._core import crp
+from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+
+__all__ = ["emission_with_base", "sample_emission_base", "update_emission_parameters"]
+
+
+def emission_with_base(spec: ModelSpec, emission, values):
+    """The categorical ``emission`` with its shared base ``phi`` (:attr:`~numpyro_hdphmm.infer.discovery.HyperSites.emission_base`)
+    and scale ``s`` replaced by ``values[site]``: concentration ``s phi``, where ``s`` is the
+    scale site's value or, without one, the recognized constant ``sum of the current
+    concentration`` (``emission`` itself without a shared base)."""
+    hyper = spec.hyper
+    if hyper.emission_base is None:
+        return emission
+    conc = emission.concentration
+    scale = jnp.sum(conc, -1, keepdims=True) if hyper.emission_scale is None else values[hyper.emission_scale]
+    new = jnp.asarray(scale, conc.dtype) * jnp.asarray(values[hyper.emission_base], conc.dtype)
+    return emission.with_concentration(jnp.maximum(new, jnp.finfo(conc.dtype).tiny))  # as the model's floor
+
+
+def sample_emission_base(rng_key, spec: ModelSpec, view: ModelView, counts):
+    """``(emission, {site: value})``: the shared emission base (and its scale, if it is a site)
+    drawn given the emission counts ``(K, C)`` of the states, the emission probabilities
+    integrated out (:func:`~numpyro_hdphmm._core.crp.sample_shared_base`), and the family with
+    them; ``(view.emission, {})`` without a shared base."""
+    hyper = spec.hyper
+    if hyper.emission_base is None:
+        return view.emission, {}
+    emission = view.emission
+    phi, scale = crp.sample_shared_base(rng_key, counts, emission.concentration, view.emission_base_prior,
+                                        view.data.valid.size, view.emission_scale_prior)
+    values = {hyper.emission_base: phi}
+    if hyper.emission_scale is not None:
+        values[hyper.emission_scale] = scale
+    return emission_with_base(spec, emission, values), values
+
+
+def update_emission_parameters(rng_key, spec: ModelSpec, view: ModelView, emission, x, weights, params):
+    """The emission step of a kernel that keeps the parameters explicit: ``(params, sigma,
+    {site: phi})``.  With a shared emission base, ``phi`` is drawn first with the parameters
+    integrated out, then the parameters given it (one blocked draw of both given the states);
+    otherwise :meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.update_parameters` alone.
+    ``x`` time-flattened, ``weights (steps, K)``."""
+    shared = {}
+    if spec.hyper.emission_base is not None:
+        counts = emission.sufficient_statistics(x, weights)["counts"]
+        emission, shared = sample_emission_base(random.fold_in(rng_key, 1), spec, view._replace(emission=emission),
+                                                counts)
+    params, sigma = emission.update_parameters(rng_key, x, weights, params, view.dp_concentration_prior)
+    return params, sigma, shared

@@ -270,8 +270,7 @@ class DirectAssignment(Algorithm):
         # (a DP mixture's component indicators, the only statistics read here, do not depend on the labels)
         weights = state_weights(states, data.valid, capacity, draw.beta.dtype).reshape(-1, capacity)
         # (a shared emission base first, with the parameters integrated out; its counts' rows need no relabelling)
-        emission, shared = sample_emission_base(random.fold_in(k_theta, 1), spec, view,
-                                                sweep.est["counts"] if spec.hyper.emission_base else None)
+        emission, shared = sample_emission_base(random.fold_in(k_theta, 1), spec, view, sweep.est)
         params, sigma = statistics.draw_parameters(k_theta, sweep.est, emission, flatten_time(data.x), weights,
                                                    params, view.dp_concentration_prior)
         hyper = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}

@@ -36,16 +36,18 @@ def emission_with_base(spec: ModelSpec, emission, values):
     return emission.with_concentration(jnp.maximum(new, jnp.finfo(conc.dtype).tiny))  # as the model's floor
 
 
-def sample_emission_base(rng_key, spec: ModelSpec, view: ModelView, counts):
+def sample_emission_base(rng_key, spec: ModelSpec, view: ModelView, stats):
     """``(emission, {site: value})``: the shared emission base (and its scale, if it is a site)
-    drawn given the emission counts ``(K, C)`` of the states, the emission probabilities
-    integrated out (:func:`~numpyro_hdphmm._core.crp.sample_shared_base`), and the family with
-    them; ``(view.emission, {})`` without a shared base."""
+    drawn given the states' categorical statistics ``stats`` (``stats["counts"] (K, C)``, as
+    ``Categorical.sufficient_statistics`` and the collapsed kernels' carried statistics hold
+    them), the emission probabilities integrated out
+    (:func:`~numpyro_hdphmm._core.crp.sample_shared_base`), and the family with them;
+    ``(view.emission, {})`` without a shared base."""
     hyper = spec.hyper
     if hyper.emission_base is None:
         return view.emission, {}
     emission = view.emission
-    phi, scale = crp.sample_shared_base(rng_key, counts, emission.concentration, view.emission_base_prior,
+    phi, scale = crp.sample_shared_base(rng_key, stats["counts"], emission.concentration, view.emission_base_prior,
                                         view.data.valid.size, view.emission_scale_prior)
     values = {hyper.emission_base: phi}
     if hyper.emission_scale is not None:
@@ -61,8 +63,7 @@ def update_emission_parameters(rng_key, spec: ModelSpec, view: ModelView, emissi
     ``x`` time-flattened, ``weights (steps, K)``."""
     shared = {}
     if spec.hyper.emission_base is not None:
-        counts = emission.sufficient_statistics(x, weights)["counts"]
         emission, shared = sample_emission_base(random.fold_in(rng_key, 1), spec, view._replace(emission=emission),
-                                                counts)
+                                                emission.sufficient_statistics(x, weights))
     params, sigma = emission.update_parameters(rng_key, x, weights, params, view.dp_concentration_prior)
     return params, sigma, shared

@@ -636,8 +636,7 @@ class RCD(Algorithm):
             weights = franchise.emission_weights(collapsed, ctx.data, dtype)
             _, sigma = statistics.draw_parameters(k_sigma, collapsed.est, view.emission, ctx.data.x, weights,
                                                   state.params, view.dp_concentration_prior)
-        _, shared = sample_emission_base(random.fold_in(k_sigma, 1), spec, view,
-                                         collapsed.est["counts"] if spec.hyper.emission_base else None)
+        _, shared = sample_emission_base(random.fold_in(k_sigma, 1), spec, view, collapsed.est)
         values = {**hyper_site_values(spec, hyper, sigma if spec.hyper.dp_concentration else None), **shared}
         info = RCDInfo(overflow, sweep.accepted.astype(dtype) / jnp.maximum(sweep.attempted, 1).astype(dtype),
                        split_merge_accept)

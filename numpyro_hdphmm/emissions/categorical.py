@@ -258,8 +258,8 @@ def hierarchical_categorical(name: str, num_categories, concentration=1.0, base_
     Every MCMC kernel recognizes the site (:attr:`~numpyro_hdphmm.infer.discovery.HyperSites.emission_base`)
     and draws ``phi`` exactly each sweep, with the states' emission probabilities integrated out
     (:func:`~numpyro_hdphmm._core.crp.sample_shared_base`); a model that writes the same two lines
-    itself is recognized too.  ``concentration`` may be a sample site of the model (it then goes
-    to the inner kernel).
+    itself is recognized too.  ``concentration`` may be a sample site of the model: a scalar Gamma
+    site is drawn exactly too (``HyperSites.emission_scale``), any other goes to the inner kernel.
 
     Args:
         name: the base's site name.

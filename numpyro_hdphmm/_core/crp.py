@@ -139,15 +139,22 @@ def _log_beta_aux(rng_key, alpha, kappa, n, first):
     Gamma-function ratios of the restaurants' Dirichlet-multinomial become ``r^c`` factors.
     """
     dtype = jnp.result_type(alpha, kappa, float)
-    sizes = jnp.sum(n, -1)
     start = jnp.sum(first)
     k_s, k_0 = random.split(rng_key)
-    tiny = jnp.finfo(dtype).tiny
-    r = draws.beta(k_s, jnp.broadcast_to(alpha + kappa, sizes.shape).astype(dtype), jnp.maximum(sizes, 1).astype(dtype))
+    sum_log_r = _sum_log_beta_aux(k_s, alpha + kappa, jnp.sum(n, -1), dtype)
     r0 = draws.beta(k_0, jnp.asarray(alpha, dtype), jnp.maximum(start, 1).astype(dtype))
-    sum_log_r = jnp.sum(jnp.where(sizes > 0, jnp.log(jnp.maximum(r, tiny)), 0.0))
-    log_r0 = jnp.where(start > 0, jnp.log(jnp.maximum(r0, tiny)), 0.0)
+    log_r0 = jnp.where(start > 0, jnp.log(jnp.maximum(r0, jnp.finfo(dtype).tiny)), 0.0)
     return sum_log_r, log_r0
+
+
+def _sum_log_beta_aux(rng_key, concentration, sizes, dtype):
+    r"""``sum_j log r_j`` over the restaurants with ``sizes_j > 0``, ``r_j ~ Beta(c, sizes_j)``
+    (Escobar & West 1995, eq. 14, one auxiliary per restaurant): the Gamma-function ratio
+    ``Gamma(c) / Gamma(c + n_j)`` of each restaurant's likelihood as an ``r_j^c`` factor, so a
+    Gamma prior on ``c`` stays conjugate.  ``sizes (J,)`` integers, ``concentration`` scalar."""
+    r = draws.beta(rng_key, jnp.broadcast_to(concentration, sizes.shape).astype(dtype),
+                   jnp.maximum(sizes, 1).astype(dtype))
+    return jnp.sum(jnp.where(sizes > 0, jnp.log(jnp.maximum(r, jnp.finfo(dtype).tiny)), 0.0))
 
 
 def _gamma_draw(key, shape, rate, dtype):
@@ -495,9 +502,7 @@ def sample_shared_base(rng_key, counts, concentration, prior, max_total: int, sc
     phi = jnp.maximum(phi, jnp.finfo(dtype).tiny)
     scale = jnp.sum(conc[0])
     if scale_prior is not None:
-        sizes = jnp.sum(counts, -1)
-        r = draws.beta(k_aux, jnp.broadcast_to(scale, sizes.shape), jnp.maximum(sizes, 1).astype(dtype))
-        sum_log_r = jnp.sum(jnp.where(sizes > 0, jnp.log(jnp.maximum(r, jnp.finfo(dtype).tiny)), 0.0))
+        sum_log_r = _sum_log_beta_aux(k_aux, scale, jnp.sum(counts, -1), dtype)
         scale = _gamma_draw(k_scale, scale_prior[0] + jnp.sum(m).astype(dtype), scale_prior[1] - sum_log_r, dtype)
     return phi, scale
 

@@ -14,7 +14,8 @@ sampler's slice variables.  The paper has no tables and no timings; its claims a
   ``O(T N log K)``), where the beam sampler's forward filtering is up to ``O(T K^2)``.
 
 Both are checked here with :class:`numpyro_hdphmm.infer.PGAS` (prior proposal, ``N = 10``; the
-package refuses the posterior proposal for now, see :doc:`../pgas`) against
+posterior proposal and ``N = 50`` are compared on the second synthetic set, set B, in
+:doc:`../pgas`) against
 :class:`numpyro_hdphmm.infer.BeamSampler` on the paper's synthetic set A
 (:func:`numpyro_hdphmm.datasets.pgas_set_a`: 4 states, self-transition 0.75, Gaussian emissions
 with standard deviation 0.5 and means -2, -0.5, 1, 4).

@@ -1,5 +1,6 @@
 r"""Clustering numerics for data-driven starting states: windowed sums along time, k-means with
-k-means++ seeding and greedy Bayesian merging, all with static shapes (pure JAX, jittable).
+k-means++ seeding, greedy Bayesian merging and the BIC of the Gaussian HMM a labelling implies,
+all with static shapes (pure JAX, jittable).
 
 Used by :mod:`numpyro_hdphmm.infer.initialization`; nothing here knows about emission families
 """
@@ -11,7 +12,9 @@ import numpy as np
 import jax.numpy as jnp
 from jax import lax, random
 
-__all__ = ["window_sum", "kmeans", "merge_unimodal"]
+from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
+
+__all__ = ["window_sum", "kmeans", "merge_mixture", "hmm_bic"]
 
 
 def window_sum(values, window: int):
@@ -76,64 +79,144 @@ def kmeans(rng_key, points, weights, num_clusters: int, num_iterations: int = 20
     return jnp.argmin(sq_dist(centres), -1).astype(jnp.int32), centres
 
 
-def _log_normal(x, mean, var):
-    return -0.5 * (jnp.log(2.0 * jnp.pi * var) + (x - mean) ** 2 / var)
+def _mixture_log_densities(points, log_w, means, var):
+    """``log w_c + log N(x_i | mu_c, diag var_c)``: ``(M, C)`` for ``points (M, D)``, ``log_w (C,)``
+    (``-inf`` for inactive components), ``means, var (C, D)``."""
+    quad = jnp.sum((points[:, None, :] - means[None]) ** 2 / var[None], -1)
+    return log_w - 0.5 * (quad + jnp.sum(jnp.log(2.0 * jnp.pi * var), -1))
 
 
-def merge_unimodal(points, weights, labels, num_clusters: int, num_rounds: int, em_iterations: int = 15):
-    r"""Greedy merging of k-means clusters whose union looks like one cluster (an over-split blob).
+def _mixture_em(points, weights, log_w, means, var, floor, num_iterations: int):
+    """``num_iterations`` EM steps of a weighted diagonal-Gaussian mixture; inactive components
+    (``log_w = -inf``) stay inactive.  Returns ``(log_w, means, var)``."""
+    tiny = jnp.finfo(points.dtype).tiny
+    active = jnp.isfinite(log_w)
 
-    ``points (M, D)``, ``weights (M,)``, ``labels (M,)`` in ``[0, C)``.  Each of ``num_rounds``
-    rounds, for every pair ``i < j`` of non-empty clusters: project the points of both onto the
-    line through their centres, fit one Gaussian and (EM from the two clusters' split,
-    ``em_iterations`` steps) a two-component Gaussian mixture to the projections, and compare by
-    BIC: ``score_ij = (LL_2 - LL_1) - (3/2) log n_ij`` (two more means/variances and a weight).
-    The pair with the lowest score is merged (``j`` into ``i``) when the score is negative: a
-    second component does not pay for itself, the two clusters are halves of one.  Variances
-    are floored at ``1e-3`` of the pair's variance (lattice-valued features).  Returns the new
-    ``labels (M,)`` int32."""
+    def step(_, params):
+        log_w, means, var = params
+        a = _mixture_log_densities(points, log_w, means, var)
+        r = jnp.exp(a - jax.nn.logsumexp(a, -1, keepdims=True)) * weights[:, None]  # (M, C)
+        mass = jnp.sum(r, 0)
+        safe = jnp.maximum(mass, tiny)[:, None]
+        new_means = (r.T @ points) / safe
+        new_var = jnp.maximum((r.T @ points**2) / safe - new_means**2, floor)
+        keep = active & (mass > 0)
+        log_w = jnp.where(keep, jnp.log(jnp.maximum(mass, tiny) / jnp.sum(mass)), -jnp.inf)
+        return (log_w, jnp.where(keep[:, None], new_means, means), jnp.where(keep[:, None], new_var, var))
+
+    return lax.fori_loop(0, num_iterations, step, (log_w, means, var))
+
+
+def merge_mixture(points, weights, labels, num_clusters: int, em_iterations: int = 10):
+    r"""Greedy merging of over-split clusters by the Bayesian information criterion of the whole
+    mixture.
+
+    ``points (M, D)``, ``weights (M,)`` (a point's weight is how many observations it counts for;
+    0: ignored), ``labels (M,)`` in ``[0, C)``.  The clusters start a mixture of diagonal
+    Gaussians (weights, means and variances of the labelled points, variances floored at
+    ``1e-3`` of the data's per-dimension variance for lattice-valued features), refined by
+    ``em_iterations`` EM steps.  Then, up to ``C - 1`` times: every pair ``(i, j)`` of
+    components is scored by the log-likelihood of the mixture in which they are replaced by one
+    moment-matched component (``w = w_i + w_j``, ``mu = (w_i mu_i + w_j mu_j) / w``, second moments
+    likewise); the best pair's mixture gets ``em_iterations`` EM steps and replaces the current
+    one when its BIC is higher, ``LL' - LL > -(2 D + 1)/2 log n`` (one component fewer:
+    ``D`` means, ``D`` variances and a weight; ``n = sum w``); otherwise the merging stops.
+
+    Against a test of each pair on its own, the whole mixture sees that two adjacent k-means
+    cells of one Gaussian blob are one component (each cell alone is a truncated, flat-topped
+    piece that two Gaussians always fit better).  Returns ``labels (M,)`` int32: each point's most
+    probable component.  ``O(C^3 M D)`` (``C - 1`` rounds of ``C (C - 1) / 2`` pairs)."""
     points = jnp.asarray(points)
     dtype = points.dtype
     weights = jnp.asarray(weights, dtype)
     tiny = jnp.finfo(dtype).tiny
-    ii, jj = np.triu_indices(num_clusters, 1)
-    ii, jj = jnp.asarray(ii), jnp.asarray(jj)
+    num_dims = points.shape[-1]
+    n = jnp.maximum(jnp.sum(weights), 1.0)
+    centre = jnp.sum(weights[:, None] * points, 0) / n
+    floor = 1e-3 * jnp.sum(weights[:, None] * (points - centre) ** 2, 0) / n + tiny
+    one_hot = jax.nn.one_hot(labels, num_clusters, dtype=dtype) * weights[:, None]
+    mass = jnp.sum(one_hot, 0)
+    safe = jnp.maximum(mass, tiny)[:, None]
+    means = (one_hot.T @ points) / safe
+    var = jnp.maximum((one_hot.T @ points**2) / safe - means**2, floor)
+    means = jnp.where(mass[:, None] > 0, means, centre)
+    log_w = jnp.where(mass > 0, jnp.log(jnp.maximum(mass, tiny) / n), -jnp.inf)
+    params = _mixture_em(points, weights, log_w, means, var, floor, em_iterations)
+    ii, jj = (jnp.asarray(a) for a in np.triu_indices(num_clusters, 1))
+    penalty = 0.5 * (2 * num_dims + 1) * jnp.log(n)
 
-    def one_round(_, labels):
-        one_hot = jax.nn.one_hot(labels, num_clusters, dtype=dtype) * weights[:, None]  # (M, C)
-        mass = jnp.sum(one_hot, 0)
-        centres = (one_hot.T @ points) / jnp.maximum(mass, tiny)[:, None]
-        d = centres[jj] - centres[ii]  # (P, D)
-        d = d / jnp.maximum(jnp.linalg.norm(d, axis=-1, keepdims=True), tiny)
-        proj = d @ points.T  # (P, M)
-        wi, wj = one_hot[:, ii].T, one_hot[:, jj].T  # (P, M)
+    def log_lik(params):
+        return jnp.sum(weights * jax.nn.logsumexp(_mixture_log_densities(points, *params), -1))
+
+    def merged(params, i, j):
+        log_w, means, var = params
+        wi, wj = jnp.exp(log_w[i]), jnp.exp(log_w[j])
         w = wi + wj
-        n = jnp.maximum(jnp.sum(w, -1), tiny)
-        mean = jnp.sum(w * proj, -1) / n
-        var = jnp.sum(w * (proj - mean[:, None]) ** 2, -1) / n
-        floor = 1e-3 * var + tiny
-        var = jnp.maximum(var, floor)
-        ll1 = jnp.sum(w * _log_normal(proj, mean[:, None], var[:, None]), -1)
+        mu = (wi * means[i] + wj * means[j]) / w
+        second = (wi * (var[i] + means[i] ** 2) + wj * (var[j] + means[j] ** 2)) / w
+        return (log_w.at[i].set(jnp.log(w)).at[j].set(-jnp.inf), means.at[i].set(mu),
+                var.at[i].set(jnp.maximum(second - mu**2, floor)))
 
-        def em(_, r):  # r: responsibility of component i, (P, M)
-            ra, rb = w * r, w * (1.0 - r)
-            na, nb = jnp.maximum(jnp.sum(ra, -1), tiny), jnp.maximum(jnp.sum(rb, -1), tiny)
-            ma, mb = jnp.sum(ra * proj, -1) / na, jnp.sum(rb * proj, -1) / nb
-            va = jnp.maximum(jnp.sum(ra * (proj - ma[:, None]) ** 2, -1) / na, floor)
-            vb = jnp.maximum(jnp.sum(rb * (proj - mb[:, None]) ** 2, -1) / nb, floor)
-            la = jnp.log(na / n)[:, None] + _log_normal(proj, ma[:, None], va[:, None])
-            lb = jnp.log(nb / n)[:, None] + _log_normal(proj, mb[:, None], vb[:, None])
-            return jax.nn.sigmoid(la - lb), (la, lb)
+    def one_round(_, carry):
+        params, done = carry
+        log_w, means, var = params
+        a = _mixture_log_densities(points, log_w, means, var)  # (M, C)
+        top = jnp.max(a, -1, keepdims=True)
+        e = jnp.exp(a - top)  # (M, C); inactive components: 0
+        total = jnp.sum(e, -1)
+        wi, wj = jnp.exp(log_w[ii]), jnp.exp(log_w[jj])  # (P,)
+        w = wi + wj
+        mu = (wi[:, None] * means[ii] + wj[:, None] * means[jj]) / jnp.maximum(w, tiny)[:, None]
+        second = (wi[:, None] * (var[ii] + means[ii] ** 2) + wj[:, None] * (var[jj] + means[jj] ** 2))
+        v = jnp.maximum(second / jnp.maximum(w, tiny)[:, None] - mu**2, floor)  # (P, D)
+        b = _mixture_log_densities(points, jnp.log(jnp.maximum(w, tiny)), mu, v)  # (M, P)
+        rest = jnp.maximum(total[:, None] - e[:, ii] - e[:, jj], 0.0)
+        cand = jnp.sum(weights[:, None] * jnp.logaddexp(top + jnp.log(rest), b), 0)  # (P,)
+        cand = jnp.where(jnp.isfinite(log_w[ii]) & jnp.isfinite(log_w[jj]), cand, -jnp.inf)
+        best = jnp.argmax(cand)
+        proposal = _mixture_em(points, weights, *merged(params, ii[best], jj[best]), floor, em_iterations)
+        accept = (~done) & jnp.isfinite(cand[best]) & (log_lik(proposal) - log_lik(params) > -penalty)
+        params = jax.tree_util.tree_map(lambda new, old: jnp.where(accept, new, old), proposal, params)
+        return params, done | ~accept
 
-        r0 = wi / jnp.maximum(w, tiny)
-        r = lax.fori_loop(0, em_iterations, lambda k, r: em(k, r)[0], r0)
-        _, (la, lb) = em(0, r)
-        ll2 = jnp.sum(w * jnp.logaddexp(la, lb), -1)
-        score = (ll2 - ll1) - 1.5 * jnp.log(n)
-        ok = (mass[ii] > 0) & (mass[jj] > 0) & jnp.isfinite(score)
-        score = jnp.where(ok, score, jnp.inf)
-        best = jnp.argmin(score)
-        do = score[best] < 0
-        return jnp.where(do & (labels == jj[best]), ii[best], labels).astype(jnp.int32)
+    params, _ = lax.fori_loop(0, num_clusters - 1, one_round, (params, jnp.zeros((), bool)))
+    return jnp.argmax(_mixture_log_densities(points, *params), -1).astype(jnp.int32)
 
-    return lax.fori_loop(0, num_rounds, one_round, jnp.asarray(labels, jnp.int32))
+
+def hmm_bic(features, weights, valid, labels, num_clusters: int):
+    r"""The Bayesian information criterion of the Gaussian HMM that a labelling implies: a score
+    that compares labellings of the same data made from different features (e.g. window means
+    over windows of different lengths).
+
+    ``features (N, T, D)``, ``weights (N, T, D)`` (0 where a value is missing), ``valid (N, T)``
+    (steps inside the sequences), ``labels (N, T)`` in ``[0, C)``.  The plug-in HMM: each used
+    label a diagonal Gaussian (the mean and variance of its steps' features, variances floored
+    at ``1e-3``), the transition matrix and initial distribution the label's transition and start
+    frequencies (plus 1/2 for every pair of used labels); its log-likelihood with the states
+    summed out (the forward algorithm, :func:`~numpyro_hdphmm._core.hmm.hmm_marginal_loglik`)
+    minus ``p / 2 log n``, ``p = K 2 D + K (K - 1) + K - 1`` for ``K`` used labels, ``n`` the valid
+    steps.  Returns a scalar."""
+    features = jnp.asarray(features)
+    dtype = features.dtype
+    num_dims = features.shape[-1]
+    valid = jnp.asarray(valid, bool)
+    one_hot = jax.nn.one_hot(labels, num_clusters, dtype=dtype) * valid[..., None]  # (N, T, C)
+    mass = jnp.einsum("ntc,ntd->cd", one_hot, weights)  # (C, D)
+    used = jnp.sum(one_hot, (0, 1)) > 0
+    safe = jnp.maximum(mass, 1.0)
+    mean = jnp.einsum("ntc,ntd->cd", one_hot, weights * features) / safe
+    var = jnp.maximum(jnp.einsum("ntc,ntd->cd", one_hot, weights * features**2) / safe - mean**2, 1e-3)
+    log_lik = -0.5 * jnp.einsum("ntcd,ntd->ntc", (features[:, :, None, :] - mean) ** 2 / var
+                                + jnp.log(2.0 * jnp.pi * var), weights)
+    log_lik = jnp.where(used, log_lik, -jnp.inf)
+    both = used[:, None] & used[None, :]
+    pairs = (valid[:, 1:] & valid[:, :-1]).astype(dtype)[..., None]
+    counts = jnp.einsum("ntc,ntd->cd", one_hot[:, :-1] * pairs, one_hot[:, 1:]) + 0.5 * both
+    log_trans = jnp.where(both, jnp.log(jnp.maximum(counts, 0.5) / jnp.maximum(jnp.sum(counts, -1, keepdims=True), 1.0)),
+                          -jnp.inf)
+    first = jnp.sum(one_hot[:, 0], 0) + 0.5 * used
+    log_init = jnp.where(used, jnp.log(jnp.maximum(first, 0.5) / jnp.sum(first)), -jnp.inf)
+    total = jnp.sum(jax.vmap(lambda ll, m: hmm_marginal_loglik(log_init, log_trans, ll, m))(log_lik, valid))
+    k = jnp.sum(used).astype(dtype)
+    num_params = k * 2 * num_dims + k * (k - 1) + k - 1
+    return total - 0.5 * num_params * jnp.log(jnp.maximum(jnp.sum(valid), 1).astype(dtype))

@@ -4,10 +4,15 @@ Every kernel (:class:`~numpyro_hdphmm.infer.base.HDPKernel`) takes ``init_strate
 
 ``"data"`` (the default, :func:`init_to_data` with its defaults)
     a start that finds the data.  The states come from clustering short windows of the
-    observations (:func:`cluster_states`): k-means with k-means++ seeding on the standardized
-    window means of ``y`` into a moderate number of clusters, then greedy merging of clusters
-    whose union looks like one cluster (:func:`~numpyro_hdphmm._core.clustering.merge_unimodal`),
-    optionally refined by rounds of hard EM with the emission family's own likelihood.  Given
+    observations (:func:`cluster_states`): for windows of 1, 3 and 10 steps, k-means with
+    k-means++ seeding on the standardized window means of ``y`` into a moderate number of
+    clusters, then greedy merging of over-split clusters by the BIC of a Gaussian mixture
+    (:func:`~numpyro_hdphmm._core.clustering.merge_mixture`); of the three labellings the one
+    whose plug-in Gaussian HMM has the highest BIC on the observations themselves
+    (:func:`~numpyro_hdphmm._core.clustering.hmm_bic`), optionally refined by rounds of hard EM
+    with the emission family's own likelihood.  Long windows average the noise out of
+    persistent (sticky) states; short ones keep states that last a few steps apart; the BIC
+    picks for the data at hand.  Given
     these states the emission parameters are drawn from their conditional (the family's
     ``update_parameters``) and the tables, ``beta`` and the rows from theirs
     (:func:`numpyro_hdphmm._core.crp.sample_global` with the concentrations held at their
@@ -37,7 +42,7 @@ the clusters), so the first sweep may move the states away from the clusters.
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +50,7 @@ from jax import lax, random
 from numpyro import handlers
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm._core.clustering import kmeans, merge_unimodal, window_sum
+from numpyro_hdphmm._core.clustering import hmm_bic, kmeans, merge_mixture, window_sum
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.emission_base import update_emission_parameters
 
@@ -62,32 +67,42 @@ class DataInit(NamedTuple):
     """Options of the data-driven start (:func:`init_to_data`)."""
 
     num_states: Optional[int] = None
-    window: int = 10
+    window: Tuple[int, ...] = (1, 3, 10)
     kmeans_iterations: int = 20
     refine_iterations: int = 0
     merge: bool = True
 
 
-def init_to_data(num_states: Optional[int] = None, window: int = 10, kmeans_iterations: int = 20,
-                 refine_iterations: int = 0, merge: bool = True) -> DataInit:
+def init_to_data(num_states: Optional[int] = None, window: Union[int, Sequence[int]] = (1, 3, 10),
+                 kmeans_iterations: int = 20, refine_iterations: int = 0, merge: bool = True) -> DataInit:
     r"""The data-driven start with options (``init_strategy="data"`` is ``init_to_data()``).
 
     :param num_states: clusters of the k-means step (before merging); ``None``:
         ``min(16, max(2, max_states // 2))``, an over-segmentation that the merge step and the
         sampler reduce, while free slots stay for the infinite-model samplers.
     :param window: steps per window (centred; the window means are the k-means features and the
-        refinement sums the log-likelihoods over it).
+        refinement sums the log-likelihoods over it), or several (at most 8): each gives a
+        labelling, and the one with the highest :func:`~numpyro_hdphmm._core.clustering.hmm_bic`
+        is the start.
     :param kmeans_iterations: Lloyd iterations.
     :param refine_iterations: hard-EM rounds with the family's likelihood (0: none).
     :param merge: greedily merge over-split clusters (:func:`cluster_states`, step 3).
     """
-    for name, value, low in (("window", window, 1), ("kmeans_iterations", kmeans_iterations, 0),
-                             ("refine_iterations", refine_iterations, 0)):
+    windows = (window,) if isinstance(window, int) and not isinstance(window, bool) else window
+    try:
+        windows = tuple(windows)
+    except TypeError:
+        windows = ()
+    if not 1 <= len(windows) <= 8:
+        raise ValueError(f"`init_strategy`: init_to_data's `window` must be an integer >= 1 or 1 to 8 of them, "
+                         f"got {window!r}.")
+    for name, value, low in [("window", w, 1) for w in windows] + [("kmeans_iterations", kmeans_iterations, 0),
+                                                                   ("refine_iterations", refine_iterations, 0)]:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"`init_strategy`: init_to_data's `{name}` must be an integer >= {low}, got {value!r}.")
     if num_states is not None and (isinstance(num_states, bool) or not isinstance(num_states, int) or num_states < 1):
         raise ValueError(f"`init_strategy`: init_to_data's `num_states` must be None or an integer >= 1, got {num_states!r}.")
-    return DataInit(num_states, window, kmeans_iterations, refine_iterations, bool(merge))
+    return DataInit(num_states, windows, kmeans_iterations, refine_iterations, bool(merge))
 
 
 def resolve_init_strategy(init_strategy):
@@ -150,36 +165,52 @@ def _features(y, valid):
 def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
     r"""Data-driven starting states ``(N, T)`` int32 in ``[0, capacity)`` (module docstring).
 
+    For every window length ``w`` of ``options.window`` (the same compiled code for all, mapped
+    over them):
+
     1. Features: the standardized observations ``f_t`` (event flattened; missing values and
-       padded steps left out), averaged over centred windows of ``options.window`` steps within
-       each sequence: ``fbar_t = sum_{|s-t|<=h} f_s / #valid`` (:func:`~numpyro_hdphmm._core.clustering.window_sum`).
+       padded steps left out), averaged over centred windows of ``w`` steps within each
+       sequence: ``fbar_t = sum_{|s-t|<=h} f_s / #valid`` (:func:`~numpyro_hdphmm._core.clustering.window_sum`).
     2. k-means (k-means++ seeding) of ``fbar`` over the steps with data in their window into
        ``C`` clusters (:func:`~numpyro_hdphmm._core.clustering.kmeans`).
-    3. with ``options.merge``: greedy merging of over-split clusters (a BIC comparison of one
-       and two Gaussians along the line through the centres of each pair,
-       :func:`~numpyro_hdphmm._core.clustering.merge_unimodal`; the window means of neighbouring
-       steps share data, so every step weighs ``1 / window``).
-    4. Families whose parameters the kernel owns, ``options.refine_iterations`` rounds of hard EM
+    3. with ``options.merge``: greedy merging of over-split clusters by the BIC of a diagonal
+       Gaussian mixture of the window means (:func:`~numpyro_hdphmm._core.clustering.merge_mixture`;
+       neighbouring window means share their data, so every step counts ``1 / w``).
+
+    4. Of the labellings, the one with the highest BIC of its plug-in Gaussian HMM on the
+       standardized observations ``f_t`` themselves (:func:`~numpyro_hdphmm._core.clustering.hmm_bic`:
+       the same data and score for every window, so the labellings compare).
+    5. Families whose parameters the kernel owns, ``options.refine_iterations`` rounds of hard EM
        (default none: the kernel's first sweep does this with the HMM itself):
        ``theta ~ p(theta | y, z)`` (``update_parameters``), then ``z_t = argmax_k sum_{|s-t|<=h}
-       valid_s log f(y_s | theta_k)`` over the clusters in use.
+       valid_s log f(y_s | theta_k)`` over the clusters in use, with the chosen window.
     """
     emission, data = view.emission, view.data
     valid = data.valid
     num_seq, num_steps = valid.shape
     num_clusters = min(options.num_states or _default_clusters(capacity), capacity)
+    windows = (options.window,) if isinstance(options.window, int) else tuple(options.window)
     k_means, k_refine = random.split(rng_key)
     f, w = _features(data.y, valid)
-    sums, counts = window_sum(f, options.window), window_sum(w, options.window)
-    fbar = sums / jnp.maximum(counts, 1.0)
-    has_data = jnp.any(counts > 0, -1)
-    points = fbar.reshape(num_seq * num_steps, -1)
-    point_weights = has_data.reshape(-1).astype(f.dtype)
-    labels, _ = kmeans(k_means, points, point_weights, num_clusters, options.kmeans_iterations)
-    if options.merge:  # neighbouring window means share their data: n / window effective points
-        labels = merge_unimodal(points, point_weights / options.window, labels, num_clusters, num_clusters - 1)
-    states = labels.reshape(num_seq, num_steps)
-    if not emission.owns_parameters:
+    points, point_weights = [], []
+    for window in windows:  # static and few: the features of every window, stacked
+        sums, counts = window_sum(f, window), window_sum(w, window)
+        points.append((sums / jnp.maximum(counts, 1.0)).reshape(num_seq * num_steps, -1))
+        point_weights.append(jnp.any(counts > 0, -1).reshape(-1).astype(f.dtype))
+    points, point_weights = jnp.stack(points), jnp.stack(point_weights)  # (W, M, D), (W, M)
+    scale = jnp.asarray([1.0 / window for window in windows], f.dtype)  # a window mean counts 1/w steps
+
+    def cluster(points, point_weights, scale):
+        labels, _ = kmeans(k_means, points, point_weights, num_clusters, options.kmeans_iterations)
+        if options.merge:
+            labels = merge_mixture(points, point_weights * scale, labels, num_clusters)
+        labels = labels.reshape(num_seq, num_steps)
+        return labels, hmm_bic(f, w, valid, labels, num_clusters)
+
+    labels, score = jax.vmap(cluster)(points, point_weights, scale)  # (W, N, T), (W,)
+    best = jnp.argmax(jnp.where(jnp.isfinite(score), score, -jnp.inf))
+    states = labels[best]
+    if not emission.owns_parameters or options.refine_iterations == 0:
         return states
     x_flat = jax.tree_util.tree_map(lambda a: a.reshape((num_seq * num_steps,) + a.shape[2:]), data.x)
 
@@ -189,11 +220,11 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
         theta, _ = emission.update_parameters(random.fold_in(k_refine, i), x_flat, weights.reshape(-1, capacity), params)
         log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(data.x, theta)
         log_lik = jnp.where(valid[..., None], log_lik, 0.0)
-        score = jnp.where(used, window_sum(log_lik, options.window), -jnp.inf)
+        summed = jnp.stack([window_sum(log_lik, window) for window in windows])[best]
+        score = jnp.where(used, summed, -jnp.inf)
         return jnp.argmax(score, -1).astype(jnp.int32)
 
-    states = lax.fori_loop(0, options.refine_iterations, refine, states)
-    return states
+    return lax.fori_loop(0, options.refine_iterations, refine, states)
 
 
 def states_given(rng_key, spec, view, start, *, given_params: bool = False, given_beta: bool = False,

@@ -15,7 +15,7 @@ from numpyro.infer import init_to_median, init_to_value
 from scipy.optimize import linear_sum_assignment
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm._core.clustering import kmeans, merge_unimodal, window_sum
+from numpyro_hdphmm._core.clustering import hmm_bic, kmeans, merge_mixture, window_sum
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs, init_to_data
 
 T = 200
@@ -61,7 +61,7 @@ def test_window_sum_matches_loop():
 
 
 def test_kmeans_and_merge_find_two_blobs():
-    """k-means with 6 clusters over-splits two blobs; the merge joins the halves of each blob
+    """k-means with 6 clusters over-splits two blobs; the merge joins the pieces of each blob
     and keeps the blobs apart."""
     rng = np.random.default_rng(2)
     truth = np.repeat([0, 1], 150)
@@ -69,8 +69,38 @@ def test_kmeans_and_merge_find_two_blobs():
     weights = jnp.ones(300)
     labels, _ = kmeans(jax.random.key(0), points, weights, 6, 20)
     assert len(np.unique(labels)) > 2
-    merged = np.asarray(merge_unimodal(points, weights, labels, 6, 5))
+    merged = np.asarray(merge_mixture(points, weights, labels, 6))
     assert len(np.unique(merged)) == 2 and found(merged, truth) == 2
+
+
+def test_merge_joins_the_cells_of_one_blob_that_a_pairwise_test_keeps_apart():
+    """Four 1-D Gaussians 3 sd apart (Tripuraneni et al.'s set A marginal, 4000 points) cut by
+    k-means into 16 cells: the mixture's BIC merges them back to the four components (two
+    adjacent cells of one Gaussian are each flat-topped, which two Gaussians fit better than
+    one: a test of each pair alone keeps every cell)."""
+    data = nh.datasets.pgas_set_a(4000, seed=0)
+    points = jnp.asarray(data.observations, jnp.float32)
+    labels, _ = kmeans(jax.random.key(0), points, jnp.ones(4000), 16, 20)
+    merged = np.asarray(merge_mixture(points, jnp.ones(4000), labels, 16))
+    assert len(np.unique(merged)) == 4 and found(merged, data.states) == 4
+
+
+def test_hmm_bic_prefers_the_true_labelling():
+    """The plug-in HMM's BIC ranks the true states of set A above a coarser (two means) and a
+    finer (the four states each cut in two at random) labelling, with missing values and a
+    padded second sequence."""
+    data = nh.datasets.pgas_set_a(1000, seed=1)
+    f = np.stack([data.observations, data.observations[::-1]]).astype(np.float32)  # (2, T, 1)
+    weights = np.ones_like(f)
+    weights[0, 5:9] = 0.0
+    valid = np.ones(f.shape[:2], bool)
+    valid[1, 800:] = False
+    truth = np.stack([data.states, data.states[::-1]])
+    coarse = (truth >= 2).astype(np.int32)
+    fine = truth * 2 + np.random.default_rng(0).integers(2, size=truth.shape)
+    score = {name: float(hmm_bic(jnp.asarray(f), jnp.asarray(weights), jnp.asarray(valid), jnp.asarray(z), 8))
+             for name, z in (("truth", truth), ("coarse", coarse), ("fine", fine))}
+    assert score["truth"] > max(score["coarse"], score["fine"]), score
 
 
 # ----------------------------------------------------------------------- strategies
@@ -78,8 +108,10 @@ def test_bad_init_strategy_names_the_argument():
     for bad in ("bogus", 3, None):
         with pytest.raises(ValueError, match="init_strategy"):
             WeakLimitGibbs(model, init_strategy=bad)
-    with pytest.raises(ValueError, match="init_strategy.*window"):
-        init_to_data(window=0)
+    for bad in (0, (), (1, 0), "3", tuple(range(1, 10))):
+        with pytest.raises(ValueError, match="init_strategy.*window"):
+            init_to_data(window=bad)
+    assert init_to_data(window=5).window == (5,)
 
 
 def test_data_start_finds_both_regimes_where_the_prior_draw_does_not():
@@ -146,3 +178,23 @@ def test_custom_emission_states_from_clusters():
     state = initial(WeakLimitGibbs(custom_model), jnp.asarray(y[:, 0]))
     assert found(np.asarray(state.z["y_states"]), truth) == 2
     assert np.all(np.isfinite(np.asarray(state.z["loc"])))
+
+
+def set_a_model(y):
+    emission = nh.emissions.DiagonalGaussian(jnp.zeros(1), 1.0 / 16.0, 1000.0, 250.0)
+    nh.sample("y", nh.HDPHMM(1.0, 1.0, emission, max_states=16), obs=y)
+
+
+@pytest.mark.slow
+def test_window_choice_keeps_short_states_apart():
+    """Tripuraneni et al.'s set A (4 states lasting 4 steps on average, means 3 sd apart): the
+    default start picks the one-step windows (the HMM's BIC) and holds the 4 states (Hamming
+    0.07 at T = 4000); with 10-step windows only, as before, the windows straddle the states
+    and the start does not (Hamming > 0.3)."""
+    data = nh.datasets.pgas_set_a(2000, seed=0)
+    y = jnp.asarray(data.observations, jnp.float32)
+    z = np.asarray(initial(WeakLimitGibbs(set_a_model), y).z["y_states"])
+    assert len(np.unique(z)) == 4 and found(z, data.states) == 4
+    assert float(nh.diagnostics.hamming_distance(z[None], data.states)[0]) < 0.12
+    z10 = np.asarray(initial(WeakLimitGibbs(set_a_model, init_strategy=init_to_data(window=10)), y).z["y_states"])
+    assert float(nh.diagnostics.hamming_distance(z10[None], data.states)[0]) > 0.3

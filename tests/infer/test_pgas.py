@@ -228,11 +228,12 @@ def test_geweke_with_hyperparameter_updates(proposal):
 
 
 @pytest.mark.slow
-def test_geweke_with_collapsed_hyperparameter_updates():
+@pytest.mark.parametrize("proposal", ["prior", "posterior"])
+def test_geweke_with_collapsed_hyperparameter_updates(proposal):
     """``PGAS``'s default global step, the collapsed updates (``crp.sample_global(...,
-    hyperparameters="collapsed")``), with the prior proposal: the same nine statistics."""
-    z = _geweke("prior", "collapsed")
-    print("Geweke z (collapsed):", {k: round(float(v), 2) for k, v in z.items()})
+    hyperparameters="collapsed")``), with either proposal: the same nine statistics."""
+    z = _geweke(proposal, "collapsed")
+    print(f"Geweke z (collapsed, {proposal}):", {k: round(float(v), 2) for k, v in z.items()})
     assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
 
 

@@ -201,9 +201,9 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0, start="random10", checkpoint
         init_states = jnp.asarray(rng.integers(0, 10, size=(num_chains, T)), jnp.int32)
         init = {"y_states": init_states}
         if cls.__name__ == "WeakLimitGibbs":
-            init.update(_weak_limit_init(init_states, y, K))
+            init.update(weak_limit_init(init_states, y, K))
         elif cls.__name__ == "DirectAssignmentGibbs":
-            init["y_beta"] = _infinite_beta(num_chains, K)
+            init["y_beta"] = infinite_beta(num_chains, K)
     elif start != "default":
         raise ValueError(f"`start` must be 'random10' or 'default', got {start!r}.")
     state = kernel.init(keys, 0, init, (y,), {})
@@ -250,21 +250,21 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0, start="random10", checkpoint
             "tail_mean": float(tail.mean()), "trace": num_states}
 
 
-def _infinite_beta(chains, K):
-    """``beta`` (slots, rest) for the 10-label start of the infinite-model kernels: the mean of
-    ``Dir(1, ..., 1, gamma)`` over (10 labels, rest) at the prior mean ``gamma = 0.5``."""
+def infinite_beta(chains, K, num_labels=10):
+    """``beta`` (slots, rest) for the ``num_labels``-label start of the infinite-model kernels: the
+    mean of ``Dir(1, ..., 1, gamma)`` over (labels, rest) at the prior mean ``gamma = 0.5``."""
     import jax.numpy as jnp
 
     beta = np.zeros(K + 1)
-    beta[:10] = 1.0 / 10.5
-    beta[K] = 0.5 / 10.5
+    beta[:num_labels] = 1.0 / (num_labels + 0.5)
+    beta[K] = 0.5 / (num_labels + 0.5)
     return jnp.asarray(np.tile(beta, (chains, 1)), jnp.float32)
 
 
-def _weak_limit_init(init_states, y, L):
-    """Owned sites of WeakLimitGibbs consistent with the 10-label start (its own init draws
-    them from the prior, and its first FFBS would discard the labels): beta uniform over the
-    10 used labels (tiny elsewhere), rows at the smoothed empirical transition frequencies,
+def weak_limit_init(init_states, y, L, num_labels=10):
+    """Owned sites of WeakLimitGibbs consistent with a start of ``num_labels`` random labels (its
+    own init draws them from the prior, and its first FFBS would discard the labels): beta uniform
+    over the used labels (tiny elsewhere), rows at the smoothed empirical transition frequencies,
     emission means at the per-label sample means (the other slots: draws from the prior
     ``N(0, 2^2)``), precisions 4."""
     import jax.numpy as jnp
@@ -273,7 +273,7 @@ def _weak_limit_init(init_states, y, L):
     z = np.asarray(init_states)
     rng = np.random.default_rng(1)
     beta = np.full(L + 1, 1e-3)
-    beta[:10] = 1.0
+    beta[:num_labels] = 1.0
     beta[L] = 0.0
     beta /= beta.sum()
     trans, mus = [], []
@@ -284,7 +284,7 @@ def _weak_limit_init(init_states, y, L):
         n[:, L] = 0.0
         trans.append(n / n.sum(-1, keepdims=True))
         mu = rng.normal(scale=2.0, size=(L, 1))
-        for k in range(10):
+        for k in range(num_labels):
             mu[k, 0] = y[z[c] == k, 0].mean()
         mus.append(mu)
     f32 = lambda a: jnp.asarray(np.asarray(a), jnp.float32)

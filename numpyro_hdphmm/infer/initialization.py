@@ -176,7 +176,6 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
     3. with ``options.merge``: greedy merging of over-split clusters by the BIC of a diagonal
        Gaussian mixture of the window means (:func:`~numpyro_hdphmm._core.clustering.merge_mixture`;
        neighbouring window means share their data, so every step counts ``1 / w``).
-
     4. Of the labellings, the one with the highest BIC of its plug-in Gaussian HMM on the
        standardized observations ``f_t`` themselves (:func:`~numpyro_hdphmm._core.clustering.hmm_bic`:
        the same data and score for every window, so the labellings compare).

@@ -70,6 +70,19 @@ napoleon_use_rtype = False
 
 # --------------------------------------------------------------------------- sphinx-gallery
 
+def _release_compiled_programs(gallery_conf, fname):
+    """Before each example: drop JAX's caches of compiled programs, so that a gallery worker,
+    which runs many examples in one process, does not accumulate every example's executables
+    (their memory maps reached XLA:CPU's allocation limit: "LLVM compilation error: Cannot
+    allocate memory", then a segmentation fault)."""
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+
+
 sphinx_gallery_conf = {
     "examples_dirs": [
         os.path.join(ROOT, "examples", "tutorials"),
@@ -89,7 +102,7 @@ sphinx_gallery_conf = {
     "min_reported_time": 0,
     "show_memory": False,
     "parallel": int(os.environ.get("NH_DOCS_JOBS", "2")),
-    "reset_modules": ("matplotlib",),
+    "reset_modules": ("matplotlib", _release_compiled_programs),
 }
 
 # ------------------------------------------------------------------------------------ HTML

@@ -83,6 +83,10 @@ def _release_compiled_programs(gallery_conf, fname):
     gc.collect()
 
 
+# the reset callable above makes the gallery configuration unpicklable, so Sphinx cannot cache it
+# between builds (every build runs every example anyway: run_stale_examples)
+suppress_warnings = ["config.cache"]
+
 sphinx_gallery_conf = {
     "examples_dirs": [
         os.path.join(ROOT, "examples", "tutorials"),

@@ -65,6 +65,7 @@ from numpyro_hdphmm._core.crp import Concentrations, TableCounts
 __all__ = [
     "StepLayout",
     "step_layout",
+    "steps_in_range",
     "Seating",
     "PendingSeating",
     "pending",
@@ -109,6 +110,20 @@ def step_layout(num_sequences: int, num_steps: int, lengths) -> StepLayout:
     is_first = jnp.broadcast_to(t == 0, shape).reshape(-1)
     has_next = jnp.broadcast_to(t + 1 < lengths, shape).reshape(-1)
     return StepLayout(in_range, is_first, has_next)
+
+
+def steps_in_range(in_range):
+    """``(order (S,) int32, count)`` for the flattened steps ``in_range (S,)`` of
+    :class:`StepLayout`: ``order[:count]`` are the steps inside their sequences, in order (the
+    rest: the padding).  A step-wise sweep as ``lax.fori_loop(0, count, ... order[j] ...)`` (a
+    traced bound) visits every sequence's steps in the same order as a loop over all ``S`` and
+    skips the padding at no cost: many short sequences padded to the longest can be mostly
+    padding (the *Alice* sentences: 25,378 words in 1,281 x 181 steps)."""
+    in_range = jnp.asarray(in_range, bool)
+    size = in_range.shape[0]
+    position = jnp.where(in_range, jnp.cumsum(in_range) - 1, size)
+    order = jnp.zeros((size,), jnp.int32).at[position].set(jnp.arange(size, dtype=jnp.int32), mode="drop")
+    return order, jnp.sum(in_range).astype(jnp.int32)
 
 
 class Seating(NamedTuple):

@@ -5,7 +5,7 @@ transition rows ``pi`` and (for conjugate families) the emission parameters ``th
 integrated out; the global weights ``beta`` are explicit over the instantiated states plus the
 remaining mass ``beta_rem`` of all others.  One sweep:
 
-1. for each step ``t`` in turn (one jitted ``lax.fori_loop`` over all sequences' steps, ``O(K)``
+1. for each step ``t`` in turn (one jitted ``lax.fori_loop`` over the steps of every sequence, padding skipped, ``O(K)``
    work per step): remove ``z_t`` from the transition counts and from its state's emission
    statistics; draw ``z_t`` from the sticky predictive (Fox et al. eq. 37, with the start row
    ``Dir(alpha beta)`` for a sequence's first step and without the outgoing factor for its last)
@@ -55,7 +55,7 @@ import jax.numpy as jnp
 from jax import lax, random
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm._core.hcrp import StepLayout, step_layout
+from numpyro_hdphmm._core.hcrp import StepLayout, step_layout, steps_in_range
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.base import state_weights
@@ -184,12 +184,10 @@ def assignment_sweep(rng_key, states, beta, params, view: ModelView, statistics)
         labels = labels.at[i].set(k)
         return labels, n, first, out, occupancy, beta_slots, beta_rem, est, overflow | full
 
-    def guarded(i, carry):
-        return lax.cond(layout.in_range[i], step, lambda i, c: c, i, carry)
-
     out = jnp.sum(n, 1)
     init = (labels, n, first, out, occupancy, beta_slots, beta_rem, est, jnp.zeros((), bool))
-    labels, _, _, _, _, beta_slots, beta_rem, est, overflow = lax.fori_loop(0, steps, guarded, init)
+    order, count = steps_in_range(layout.in_range)  # the padding is skipped
+    labels, _, _, _, _, beta_slots, beta_rem, est, overflow = lax.fori_loop(0, count, lambda j, c: step(order[j], c), init)
     beta = jnp.concatenate([beta_slots, beta_rem[None]])
     return AssignmentSweep(labels.reshape(num_seq, num_steps), beta, est, overflow)
 

@@ -253,15 +253,15 @@ def single_step_sweep(rng_key, state: CollapsedState, ctx: Context, statistics, 
     docstring)."""
     steps = ctx.data.in_range.shape[0]
     u = random.uniform(rng_key, (steps, _U_WIDTH), ctx.log_ratios.dtype)
+    order, count = hcrp.steps_in_range(ctx.data.in_range)  # the padding is skipped
 
-    def body(i, carry):
+    def body(j, carry):
         s, accepted, overflow = carry
-        # a padded step's move is made and always rejected (nothing is written): cheaper than a
-        # lax.cond around the move, which XLA turns into a select of whole arrays
-        return _single_step(i, s, ctx, statistics, u[i], slice_mode, ctx.data.in_range[i], (accepted, overflow))
+        i = order[j]
+        return _single_step(i, s, ctx, statistics, u[i], slice_mode, True, (accepted, overflow))
 
-    state, accepted, overflow = lax.fori_loop(0, steps, body, (state, jnp.zeros((), jnp.int32), jnp.zeros((), bool)))
-    return SweepResult(state, accepted, jnp.sum(ctx.data.in_range).astype(jnp.int32), overflow)
+    state, accepted, overflow = lax.fori_loop(0, count, body, (state, jnp.zeros((), jnp.int32), jnp.zeros((), bool)))
+    return SweepResult(state, accepted, count, overflow)
 
 
 # ------------------------------------------------------------------------ blocks

@@ -36,7 +36,7 @@ again unless ``--force``.  The sweeps per row are :data:`PLAN` (``--sweeps`` sca
 Usage (from the repository root)::
 
     python benchmarks/bench_ess.py [--datasets fox_a pgas_set_a mocap alice] [--kernels ...]
-        [--sweeps 1.0] [--seed 0] [--json FILE] [--force] [--write]
+        [--sweeps 1.0] [--seeds 0] [--json FILE] [--force] [--write]
 
 ``--write`` replaces the section "ESS per second: every kernel and data set" of
 ``docs/benchmarks.md`` with the table of every row in the JSON file.
@@ -167,7 +167,7 @@ def run_row(dataset, kernel, num_warmup, num_samples, num_chains, seed, timeout)
     cmd = [sys.executable, os.path.abspath(__file__), "--_worker", dataset, kernel, str(num_warmup), str(num_samples),
            str(num_chains), str(seed), "--alice-words", str(ALICE_WORDS[0]), "--alice-capacity", str(ALICE_CAPACITY[0])]
     base = {"dataset": dataset, "kernel": kernel, "num_warmup": num_warmup, "num_samples": num_samples,
-            "num_chains": num_chains, "seed": seed, "command": " ".join(["python", "benchmarks/bench_ess.py"] + cmd[3:])}
+            "num_chains": num_chains, "seed": seed, "command": " ".join(["python", "benchmarks/bench_ess.py"] + cmd[2:])}
     t0 = time.perf_counter()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -180,43 +180,55 @@ def run_row(dataset, kernel, num_warmup, num_samples, num_chains, seed, timeout)
     return {**base, **json.loads(lines[-1][len("RESULT "):]), "elapsed_s": time.perf_counter() - t0}
 
 
-def _cell(r, field):
-    if field not in r:
-        return "-"
-    f = r[field]
-    if f["ess"] != f["ess"]:
-        return "constant"
-    return f"{f['ess']:.0f} / {f['ess_per_cpu_s']:.3g} / {f['ess_per_wall_s']:.3g} / {f['rhat']:.2f}"
+def _fmt(x):
+    return "nan" if x != x else f"{x:.3g}" if x < 1e3 else f"{x:.0f}"
 
 
 def table(rows):
-    """The markdown table of the rows (one per data set and kernel)."""
-    lines = ["| data set | kernel | chains x (W + S) | CPU / wall ms per sweep | compile s (wall) | "
-             + " | ".join(f"{f}: ESS / per CPU s / per wall s / R-hat" for f in FIELDS)
-             + " | states (last draw) | Hamming (last draw) |",
-             "|---|---|---|---:|---:|" + "---:|" * len(FIELDS) + "---|---|"]
+    """Two markdown tables of the rows (one per data set and kernel): the run and the bulk ESS
+    (R-hat) of every field, then the ESS per CPU second (per wall second)."""
+    present = lambda r, f: f in r and r[f]["ess"] == r[f]["ess"]
+    run = ["| data set | kernel | seed | chains x (W + S) | ms / sweep, CPU / wall | init + compile s (wall) | "
+           + " | ".join(f"{f} ESS (R-hat)" for f in FIELDS) + " | states (last draw) | Hamming (last draw) |",
+           "|---|---|---:|---|---:|---:|" + "---:|" * len(FIELDS) + "---|---|"]
+    rate = ["| data set | kernel | seed | " + " | ".join(f"{f}" for f in FIELDS) + " |",
+            "|---|---|---:|" + "---:|" * len(FIELDS)]
     for r in rows:
-        head = f"| {r['dataset']} | {r['kernel']} | {r['num_chains']} x ({r['num_warmup']} + {r['num_samples']}) |"
+        head = f"| {r['dataset']} | {r['kernel']} | {r['seed']} |"
         if "error" in r:
-            lines.append(head + f" did not run: {r['error']} |" + " |" * (len(FIELDS) + 3))
+            run.append(head + f" {r['num_chains']} x ({r['num_warmup']} + {r['num_samples']}) | did not run: "
+                       f"{r['error']} |" + " |" * (len(FIELDS) + 3))
+            rate.append(head + " did not run |" + " |" * (len(FIELDS) - 1))
             continue
+        rhat = lambda x: f"{x:.2f}" if x < 10 else "> 10"  # chains that each stay put: R-hat up to ~1e16
+        cells = [f"{r[f]['ess']:.0f} ({rhat(r[f]['rhat'])})" if present(r, f) else "constant" if f in r else "-"
+                 for f in FIELDS]
         ham = ", ".join(f"{h:.2f}" for h in r["hamming"]) if "hamming" in r else "-"
-        lines.append(head + f" {1e3 * r['cpu_per_sweep']:.1f} / {1e3 * r['wall_per_sweep']:.1f} | "
-                     f"{r['compile_wall_s']:.0f} | " + " | ".join(_cell(r, f) for f in FIELDS)
-                     + f" | {', '.join(map(str, r['final_states']))} | {ham} |")
-    return "\n".join(lines)
+        run.append(head + f" {r['num_chains']} x ({r['num_warmup']} + {r['num_samples']}) | "
+                   f"{1e3 * r['cpu_per_sweep']:.1f} / {1e3 * r['wall_per_sweep']:.1f} | "
+                   f"{r['init_wall_s']:.0f} + {r['compile_wall_s']:.0f} | " + " | ".join(cells)
+                   + f" | {', '.join(map(str, r['final_states']))} | {ham} |")
+        rate.append(head + " " + " | ".join(
+            f"{_fmt(r[f]['ess_per_cpu_s'])} ({_fmt(r[f]['ess_per_wall_s'])})" if present(r, f) else "-"
+            for f in FIELDS) + " |")
+    return "\n".join(run + ["", "Bulk ESS per CPU second of the kept sweeps (per wall second in brackets):", ""] + rate)
 
 
 def best(rows):
-    """Per data set, the kernel with the highest ESS per CPU second of ``num_states`` and of ``lp``."""
+    """Per data set and field (``num_states``, ``lp``): the kernel with the highest median over
+    seeds of the ESS per CPU second, ``(kernel, median)``."""
     out = {}
     for dataset in DATASETS:
-        mine = [r for r in rows if r["dataset"] == dataset and "error" not in r]
         for field in ("num_states", "lp"):
-            ok = [r for r in mine if r[field]["ess"] == r[field]["ess"]]
-            if ok:
-                top = max(ok, key=lambda r: r[field]["ess_per_cpu_s"])
-                out[(dataset, field)] = (top["kernel"], top[field]["ess_per_cpu_s"])
+            medians = {}
+            for kernel in KERNELS:
+                values = [r[field]["ess_per_cpu_s"] for r in rows if r["dataset"] == dataset and r["kernel"] == kernel
+                          and "error" not in r and r[field]["ess"] == r[field]["ess"]]
+                if values:
+                    medians[kernel] = float(np.median(values))
+            if medians:
+                top = max(medians, key=medians.get)
+                out[(dataset, field)] = (top, medians[top])
     return out
 
 
@@ -229,7 +241,7 @@ def main():
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     parser.add_argument("--sweeps", type=float, default=1.0, help="scale the sweeps of PLAN")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="data (Fox A, set A) and chain seeds")
     parser.add_argument("--alice-words", type=int, default=ALICE_WORDS[0])
     parser.add_argument("--alice-capacity", type=int, default=ALICE_CAPACITY[0])
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per row before it is cut")
@@ -246,18 +258,20 @@ def main():
 
     results = load(args.json)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    for dataset in args.datasets:
-        for kernel in args.kernels:
-            key = f"{dataset}/{kernel}"
-            if key in results and not args.force:
-                continue
-            w, s = (max(2, int(round(n * args.sweeps))) for n in PLAN[dataset][kernel])
-            r = run_row(dataset, kernel, w, s, CHAINS[dataset], args.seed, args.timeout)
-            results[key] = r
-            with open(args.json, "w") as fh:
-                json.dump(results, fh, indent=1)
-            print(key, json.dumps(r), flush=True)
-    rows = [results[f"{d}/{k}"] for d in DATASETS for k in KERNELS if f"{d}/{k}" in results]
+    key = lambda dataset, kernel, seed: f"{dataset}/{kernel}/{seed}"
+    for seed in args.seeds:
+        for dataset in args.datasets:
+            for kernel in args.kernels:
+                if key(dataset, kernel, seed) in results and not args.force:
+                    continue
+                w, s = (max(2, int(round(n * args.sweeps))) for n in PLAN[dataset][kernel])
+                r = run_row(dataset, kernel, w, s, CHAINS[dataset], seed, args.timeout)
+                results[key(dataset, kernel, seed)] = r
+                with open(args.json, "w") as fh:
+                    json.dump(results, fh, indent=1)
+                print(key(dataset, kernel, seed), json.dumps(r), flush=True)
+    seeds = sorted({r["seed"] for r in results.values()})
+    rows = [results[key(d, k, s)] for d in DATASETS for k in KERNELS for s in seeds if key(d, k, s) in results]
     text = table(rows)
     print(text)
     for (dataset, field), (kernel, value) in best(rows).items():
@@ -265,14 +279,30 @@ def main():
     if args.write:
         import jax
 
-        header = (f"jax {jax.__version__}, float32, {os.cpu_count()} CPU cores shared with other jobs.  "
-                  "Each row: one data set, one kernel with its default options (`init_strategy=\"data\"`, "
-                  "`hyperparameters=\"collapsed\"`), `C` chains vmapped in one compiled `lax.scan` of `W` warm-up "
-                  "+ `S` kept sweeps (compilation timed apart), in its own process; bulk ESS (`arviz.ess`) and R-hat "
-                  "over the `C x S` kept draws, ESS per second of the kept sweeps in **CPU seconds** of the process "
-                  "(`time.process_time`, every core's work: what the run costs whatever else the machine runs) "
-                  "and in wall seconds (inflated by the other jobs on the machine, and deflated by a run that keeps "
-                  "both cores busy). Set-up per data set: `benchmarks/bench_ess.py`'s docstring.\n\n")
+        loads = [r["load"] for r in rows if "load" in r]
+        header = (
+            f"jax {jax.__version__}, float32, {os.cpu_count()} CPU cores shared with other jobs (load average "
+            f"{min(loads):.1f}-{max(loads):.1f} at the ends of the rows).  Each row: one data "
+            "set, one kernel with its default options (`init_strategy=\"data\"`, `hyperparameters=\"collapsed\"`, "
+            "`RCDSampler` `mode=\"slice\"`, `PGAS` 10 particles with the prior proposal), `C` chains vmapped in one "
+            "compiled `lax.scan` of `W` warm-up + `S` kept sweeps, in a process of its own (initialization and "
+            "compilation timed apart, not in the seconds per sweep).  Bulk ESS (`arviz.ess`) and R-hat over "
+            "the `C x S` kept draws of `num_states`, the log joint `lp` (the kernel state's field) and each "
+            "hyperparameter; ESS per second = ESS / (S x seconds per sweep).\n\n"
+            "**CPU seconds** (`time.process_time` of the process, every core's work) are the primary clock: the "
+            "machine is shared, so wall seconds are inflated by the other jobs (a row that waited for a core shows "
+            "wall > CPU); CPU seconds are what the run itself costs.  A row whose XLA program uses both cores shows "
+            "CPU > wall: its wall clock on a quiet machine would be shorter than its CPU seconds.\n\n"
+            "Data sets: `fox_a`: the README's model on Fox et al.'s experiment A (T = 1000, 3 states, sticky, Gamma "
+            "priors on gamma, alpha, kappa, capacity 20); `pgas_set_a`: PGAS synthetic set A (T = 4000, 4 states, "
+            "non-sticky, `gamma ~ Gamma(3, 6)`, `alpha ~ Gamma(4, 1)`, capacity 20); `mocap`: `examples/mocap.py`'s "
+            "sticky HDP-AR(1)-HMM on the six CMU sequences (2058 frames, 12 channels, `gamma ~ Gamma(1, 0.01)`, "
+            "`alpha ~ Gamma(1, 1)`, `kappa ~ Gamma(50, 1)`, capacity 30), from the default initialization (not "
+            f"the example's chunked start); `alice`: the first {ALICE_WORDS[0]:,} words of *Alice* (a prefix: "
+            "of the 27,103 training words, so that every kernel fits the time budget), the non-sticky word model of "
+            "`bench_rcd_speed.py` (`gamma, alpha ~ Gamma(1, 1)`, `Categorical(1487, 0.1)`), capacity "
+            f"{ALICE_CAPACITY[0]}, no true states.  The dearer kernels get fewer sweeps (the `W + S` column).  "
+            "Hamming: normalized distance of each chain's last draw to the true states.\n\n")
         command = "python benchmarks/bench_ess.py " + " ".join(sys.argv[1:])
         print("wrote", write_section(SECTION, command.strip(), header + text))
 

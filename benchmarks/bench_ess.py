@@ -188,7 +188,7 @@ def table(rows):
     """Two markdown tables of the rows (one per data set and kernel): the run and the bulk ESS
     (R-hat) of every field, then the ESS per CPU second (per wall second)."""
     present = lambda r, f: f in r and r[f]["ess"] == r[f]["ess"]
-    run = ["| data set | kernel | seed | chains x (W + S) | ms / sweep, CPU / wall | init + compile s (wall) | "
+    run = ["| data set | kernel | seed | chains x (W + S) | ms per sweep of all chains, CPU / wall | init + compile s (wall) | "
            + " | ".join(f"{f} ESS (R-hat)" for f in FIELDS) + " | states (last draw) | Hamming (last draw) |",
            "|---|---|---:|---|---:|---:|" + "---:|" * len(FIELDS) + "---|---|"]
     rate = ["| data set | kernel | seed | " + " | ".join(f"{f}" for f in FIELDS) + " |",
@@ -212,6 +212,26 @@ def table(rows):
             f"{_fmt(r[f]['ess_per_cpu_s'])} ({_fmt(r[f]['ess_per_wall_s'])})" if present(r, f) else "-"
             for f in FIELDS) + " |")
     return "\n".join(run + ["", "Bulk ESS per CPU second of the kept sweeps (per wall second in brackets):", ""] + rate)
+
+
+def summary(rows):
+    """Markdown table: per data set and kernel, medians over the seeds of the CPU milliseconds per
+    sweep and of the ESS per CPU second of each field, and the largest R-hat of ``num_states`` and
+    ``lp`` over the seeds."""
+    lines = ["| data set | kernel | seeds | CPU ms per sweep of all chains | " + " | ".join(f"{f} ESS / CPU s" for f in FIELDS)
+             + " | max R-hat (num_states, lp) |", "|---|---|---:|---:|" + "---:|" * len(FIELDS) + "---:|"]
+    for dataset in DATASETS:
+        for kernel in KERNELS:
+            mine = [r for r in rows if r["dataset"] == dataset and r["kernel"] == kernel and "error" not in r]
+            if not mine:
+                continue
+            med = lambda f: _fmt(float(np.median([r[f]["ess_per_cpu_s"] for r in mine]))) if f in mine[0] else "-"
+            worst = lambda f: max(r[f]["rhat"] for r in mine)
+            rhat = lambda x: f"{x:.2f}" if x < 10 else "> 10"
+            lines.append(f"| {dataset} | {kernel} | {len(mine)} | "
+                         f"{_fmt(1e3 * float(np.median([r['cpu_per_sweep'] for r in mine])))} | "
+                         + " | ".join(med(f) for f in FIELDS) + f" | {rhat(worst('num_states'))}, {rhat(worst('lp'))} |")
+    return "\n".join(lines)
 
 
 def best(rows):
@@ -272,14 +292,16 @@ def main():
                 print(key(dataset, kernel, seed), json.dumps(r), flush=True)
     seeds = sorted({r["seed"] for r in results.values()})
     rows = [results[key(d, k, s)] for d in DATASETS for k in KERNELS for s in seeds if key(d, k, s) in results]
-    text = table(rows)
+    text = ("Medians over the seeds (ESS per CPU second of the kept sweeps; an R-hat above 1.01 means the chains "
+            "disagree, and the ESS then measures how slowly they move, not the posterior's spread):\n\n"
+            + summary(rows) + "\n\nEvery row:\n\n" + table(rows))
     print(text)
     for (dataset, field), (kernel, value) in best(rows).items():
         print(f"best {dataset} {field}: {kernel} ({value:.3g} ESS per CPU s)")
     if args.write:
         import jax
 
-        loads = [r["load"] for r in rows if "load" in r]
+        loads = [r["load"] for r in rows if "load" in r] or [float("nan")]
         header = (
             f"jax {jax.__version__}, float32, {os.cpu_count()} CPU cores shared with other jobs (load average "
             f"{min(loads):.1f}-{max(loads):.1f} at the ends of the rows).  Each row: one data "
@@ -298,11 +320,14 @@ def main():
             "non-sticky, `gamma ~ Gamma(3, 6)`, `alpha ~ Gamma(4, 1)`, capacity 20); `mocap`: `examples/mocap.py`'s "
             "sticky HDP-AR(1)-HMM on the six CMU sequences (2058 frames, 12 channels, `gamma ~ Gamma(1, 0.01)`, "
             "`alpha ~ Gamma(1, 1)`, `kappa ~ Gamma(50, 1)`, capacity 30), from the default initialization (not "
-            f"the example's chunked start); `alice`: the first {ALICE_WORDS[0]:,} words of *Alice* (a prefix: "
+            f"the example's chunked start); `alice`: the first {ALICE_WORDS[0]:,} words of *Alice* (a prefix "
             "of the 27,103 training words, so that every kernel fits the time budget), the non-sticky word model of "
             "`bench_rcd_speed.py` (`gamma, alpha ~ Gamma(1, 1)`, `Categorical(1487, 0.1)`), capacity "
             f"{ALICE_CAPACITY[0]}, no true states.  The dearer kernels get fewer sweeps (the `W + S` column).  "
-            "Hamming: normalized distance of each chain's last draw to the true states.\n\n")
+            "Hamming: normalized distance of each chain's last draw to the true states.  Seeds "
+            f"{', '.join(map(str, seeds))}: the chains' keys and the simulated data sets (Fox A, set A).  Wall "
+            f"time of the whole benchmark: {sum(r['elapsed_s'] for r in rows) / 60:.0f} minutes.  The best kernel per "
+            "data set: {doc}`choosing_a_kernel`, \"Best kernel per data set\".\n\n")
         command = "python benchmarks/bench_ess.py " + " ".join(sys.argv[1:])
         print("wrote", write_section(SECTION, command.strip(), header + text))
 

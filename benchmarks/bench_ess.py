@@ -65,7 +65,7 @@ FIELDS = ("num_states", "lp", "gamma", "alpha", "kappa")
 #: chains per data set
 CHAINS = {"fox_a": 4, "pgas_set_a": 4, "mocap": 4, "alice": 2}
 #: (warm-up, kept) sweeps per data set and kernel, chosen from pilot runs so that the whole
-#: benchmark takes about 1.5 hours on 2 shared cores (the dearer kernels get fewer sweeps)
+#: one seed of the benchmark takes about 40 minutes on 2 shared cores (the dearer kernels get fewer sweeps)
 PLAN = {
     "fox_a": {"WeakLimitGibbs": (1000, 1000), "DirectAssignmentGibbs": (500, 500), "BeamSampler": (1000, 1000),
               "RCDSampler": (400, 400), "PGAS": (500, 500)},

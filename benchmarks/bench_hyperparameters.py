@@ -79,10 +79,11 @@ def run_interleaved(configs, num_warmup, num_samples, num_chains, seed, repeats=
     for _ in range(repeats):
         for i, p in enumerate(prepared):
             t0 = time.perf_counter()
-            _, traces = _block(p["compiled"](p["state"]))
+            last, traces = _block(p["compiled"](p["state"]))
             seconds = time.perf_counter() - t0
             if seconds < best[i][0]:
                 best[i] = (seconds, traces)
+                p["last"] = last
     return [_summary(p, seconds, traces, num_warmup, num_chains) for p, (seconds, traces) in zip(prepared, best)]
 
 
@@ -103,38 +104,60 @@ def _prepare(kernel, hyperparameters, cycles, num_warmup, num_samples, num_chain
     y = np.asarray(data.observations, np.float32)
     kernel = getattr(infer, kernel)(readme_model(), hyperparameters=hyperparameters)
     state = kernel.init(jax.random.split(jax.random.key(seed), num_chains), num_warmup, None, (y,), {})
-
-    def body(s, _):
-        s = kernel.sample(s, (y,), {})
-        return s, (s.z["gamma"], s.z["alpha"], s.z["kappa"], s.num_states, s.lp, s.z["y_states"])
-
     sweeps = num_warmup + num_samples
-    scan = jax.jit(lambda s: jax.lax.scan(body, s, None, length=sweeps))
     original = crp.sample_global
     if cycles is not None:
         crp.sample_global = lambda *a, **k: original(*a, **{**k, "hyper_cycles": cycles[0], "gamma_cycles": cycles[1]})
     try:
-        t0 = time.perf_counter()
-        compiled = scan.lower(state).compile()
-        compile_s = time.perf_counter() - t0
+        compiled, compile_s = compile_scan(kernel, state, (y,), {}, sweeps, FIELDS)
     finally:
         crp.sample_global = original
     return {"compiled": compiled, "state": state, "data": data, "sweeps": sweeps, "compile_seconds": compile_s}
 
 
-def _summary(prepared, seconds, traces, num_warmup, num_chains):
+def trace_fields(state, fields):
+    """The recorded values of ``fields`` in a kernel state: ``num_states`` and ``lp`` are fields of
+    the state, the others latent sites (``state.z``)."""
+    return tuple(getattr(state, f) if f in ("num_states", "lp") else state.z[f] for f in fields)
+
+
+def compile_scan(kernel, state, args, kwargs, sweeps, fields):
+    """``sweeps`` sweeps of ``kernel`` from ``state`` (chains batched: a state from ``kernel.init``
+    with a batch of keys) in one ``lax.scan`` recording :func:`trace_fields`, compiled ahead of
+    time: ``(compiled, compile seconds)``; ``compiled(state)`` returns ``(last state, traces)``."""
+    import jax
+
+    def body(s, _):
+        s = kernel.sample(s, args, kwargs)
+        return s, trace_fields(s, fields)
+
+    scan = jax.jit(lambda s: jax.lax.scan(body, s, None, length=sweeps))
+    t0 = time.perf_counter()
+    compiled = scan.lower(state).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def mixing(trace, num_warmup, num_chains):
+    """Bulk ESS (``arviz.ess``), R-hat (``arviz.rhat``) and mean of one recorded trace ``(sweeps,
+    chains)`` over the draws after ``num_warmup``: ``{"ess", "rhat", "mean"}`` (ESS and R-hat NaN
+    for a constant trace)."""
     import arviz as az
 
+    x = np.asarray(trace, dtype=float).reshape(-1, num_chains)[num_warmup:].T  # (chains, draws)
+    varies = np.ptp(x) > 0
+    return {"ess": float(az.ess(x)) if varies else float("nan"), "rhat": float(az.rhat(x)) if varies else float("nan"),
+            "mean": float(np.mean(x))}
+
+
+def _summary(prepared, seconds, traces, num_warmup, num_chains):
     import numpyro_hdphmm as nh
 
     sweeps, data = prepared["sweeps"], prepared["data"]
     out = {"seconds": seconds, "compile_seconds": prepared["compile_seconds"], "ms_per_sweep": 1e3 * seconds / sweeps}
-    for name, x in zip(FIELDS, traces[:5]):
-        x = np.asarray(x, dtype=float).reshape(sweeps, num_chains)[num_warmup:].T  # (chains, draws)
-        ess = float(az.ess(x)) if np.ptp(x) > 0 else float("nan")
-        rhat = float(az.rhat(x)) if np.ptp(x) > 0 else float("nan")
-        out[name] = {"ess": ess, "ess_per_s": ess / seconds, "rhat": rhat, "mean": float(np.mean(x))}
-    last = np.asarray(traces[5])[-1].reshape(num_chains, -1)
+    for name, x in zip(FIELDS, traces):
+        m = mixing(x, num_warmup, num_chains)
+        out[name] = {"ess": m["ess"], "ess_per_s": m["ess"] / seconds, "rhat": m["rhat"], "mean": m["mean"]}
+    last = np.asarray(prepared["last"].z["y_states"]).reshape(num_chains, -1)
     out["hamming"] = [float(nh.diagnostics.hamming_distance(z[None], data.states)[0]) for z in last]
     return out
 

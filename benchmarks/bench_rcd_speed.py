@@ -46,6 +46,29 @@ TARGET = {"stepwise": 0.7, "slice": 0.05}
 HCRP_B0, HCRP_SCALE_PRIOR = 1.0, (1.0, 1.0)
 
 
+def alice_model(num_words: int, capacity: int, emission_prior: str = "dirichlet"):
+    """The non-sticky HDP-HMM of the module docstring for ``num_words`` word types: ``(model,
+    emission)``, ``model(y)`` with ``gamma, alpha ~ Gamma(1, 1)`` and ``Categorical(num_words, 0.1)``
+    emissions (``emission_prior="hcrp"``: the HCRP prior of :func:`alice_setup`)."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    emission = nh.emissions.Categorical(num_words, 0.1)
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
+        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
+        family = emission
+        if emission_prior == "hcrp":
+            s = numpyro.sample("s", dist.Gamma(*HCRP_SCALE_PRIOR))
+            family = nh.emissions.hierarchical_categorical("phi", num_words, s, HCRP_B0)
+        nh.sample("y", nh.HDPHMM(gamma, alpha, family, max_states=capacity), obs=y)
+
+    return model, emission
+
+
 def alice_setup(mode: str, states: int, capacity: int, seed: int = 0, emission_prior: str = "dirichlet"):
     """The set-up of the module docstring: ``(kernel, state, sweep, train, test, emission)`` with
     ``sweep`` the jitted ``kernel.sample`` (not yet compiled).  ``emission_prior="hcrp"``: the
@@ -55,25 +78,13 @@ def alice_setup(mode: str, states: int, capacity: int, seed: int = 0, emission_p
     import jax
     import jax.numpy as jnp
     import numpy as np
-    import numpyro
-    import numpyro.distributions as dist
 
     import numpyro_hdphmm as nh
 
     alice = nh.datasets.load_alice()
     num_test = alice.info["num_test"]
     y, test = np.asarray(alice.tokens[:-num_test]), np.asarray(alice.tokens[-num_test:])
-    emission = nh.emissions.Categorical(len(alice.vocabulary), 0.1)
-
-    def model(y):
-        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
-        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
-        family = emission
-        if emission_prior == "hcrp":
-            s = numpyro.sample("s", dist.Gamma(*HCRP_SCALE_PRIOR))
-            family = nh.emissions.hierarchical_categorical("phi", len(alice.vocabulary), s, HCRP_B0)
-        nh.sample("y", nh.HDPHMM(gamma, alpha, family, max_states=capacity), obs=y)
-
+    model, emission = alice_model(len(alice.vocabulary), capacity, emission_prior)
     kernel = nh.infer.RCDSampler(model, mode=mode, block_size=10)
     rng = np.random.default_rng(seed)
     beta = np.zeros(capacity + 1, np.float32)

@@ -35,6 +35,7 @@ from jax import lax, random
 
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.reduce import block_max, block_sum, padded_size
+from numpyro_hdphmm._core.sizing import run_at_size, smallest_size, state_sizes
 from numpyro_hdphmm._core.slots import first_free_slot
 
 __all__ = ["draw_slices", "extend_sticks", "break_stick", "slice_ffbs", "ffbs_sizes", "ffbs_at_size"]
@@ -344,25 +345,17 @@ def slice_ffbs(rng_key, log_pi, log_u, inst, log_lik, obs, lengths):
     sizes = ffbs_sizes(inst.shape[0])
     keys = random.split(rng_key, log_lik.shape[0])
     args = (keys, log_pi, log_u, inst, log_lik, obs, lengths)
-    if len(sizes) == 1:
-        return ffbs_at_size(sizes[0], *args)
     top = jnp.max(jnp.where(inst, jnp.arange(1, inst.shape[0] + 1), 0))  # highest instantiated slot + 1
-    bucket = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes), top), len(sizes) - 1)
-    return _bucketed_ffbs(sizes)(bucket, *args)
+    return run_at_size(sizes, _ffbs_args_at_size, smallest_size(sizes, top), args)
 
 
 def ffbs_sizes(capacity: int):
     """The state dimensions the slice FFBS is compiled for at capacity ``capacity``: the padded
     capacity (:func:`~numpyro_hdphmm._core.reduce.padded_size`) and, above 16, also ``16, 32, 64, ...``
-    below it.  A sweep runs the smallest one that holds every instantiated slot, so the dynamic
-    programming costs ``O(T k^2)`` in the number ``k`` of instantiated states (within a factor
-    4 of ``k^2``), not in the capacity."""
-    full = padded_size(capacity)
-    sizes, size = [], 16
-    while size < full:
-        sizes.append(size)
-        size *= 2
-    return tuple(sizes) + (full,)
+    below it (:func:`~numpyro_hdphmm._core.sizing.state_sizes`).  A sweep runs the smallest one
+    that holds every instantiated slot, so the dynamic programming costs ``O(T k^2)`` in the
+    number ``k`` of instantiated states (within a factor 4 of ``k^2``), not in the capacity."""
+    return state_sizes(padded_size(capacity))
 
 
 def ffbs_at_size(size, keys, log_pi, log_u, inst, log_lik, obs, lengths):
@@ -373,31 +366,5 @@ def ffbs_at_size(size, keys, log_pi, log_u, inst, log_lik, obs, lengths):
     )
 
 
-def _switch_ffbs(sizes, bucket, args):
-    return lax.switch(bucket, [functools.partial(ffbs_at_size, size) for size in sizes], *args)
-
-
-@functools.lru_cache(maxsize=None)
-def _bucketed_ffbs(sizes):
-    """``(bucket, *args) -> ffbs_at_size(sizes[bucket], *args)`` through a ``lax.switch``
-    that stays a real branch under ``jax.vmap`` (vectorized chains): a vmapped ``switch`` on a
-    batched index would run every size and select.  The batching rule runs every chain at the
-    largest bucket any chain needs, which is exact for all of them (the extra slots are free:
-    never reachable, never drawn).  Under nested ``vmap``s only the innermost gets the rule;
-    the outer ones fall back to the select (still exact)."""
-
-    @jax.custom_batching.custom_vmap
-    def run(bucket, *args):
-        return _switch_ffbs(sizes, bucket, args)
-
-    @run.def_vmap
-    def rule(axis_size, in_batched, bucket, *args):
-        in_axes = [0 if batched else None for batched in in_batched[1:]]
-        if in_batched[0]:
-            bucket = jnp.max(bucket)
-            out = jax.vmap(lambda *a: run(bucket, *a), in_axes=in_axes, axis_size=axis_size)(*args)
-        else:
-            out = jax.vmap(lambda *a: _switch_ffbs(sizes, bucket, a), in_axes=in_axes, axis_size=axis_size)(*args)
-        return out, jax.tree_util.tree_map(lambda _: True, out)
-
-    return run
+def _ffbs_args_at_size(size, args):
+    return ffbs_at_size(size, *args)

@@ -63,7 +63,7 @@ from numpyro.util import is_prng_key
 
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.slots import count_used, occupied
-from numpyro_hdphmm._core.validation import host_warning
+from numpyro_hdphmm._core.validation import host_warning, is_concrete
 from numpyro_hdphmm.infer.discovery import (
     ModelSpec,
     ModelView,
@@ -756,9 +756,11 @@ class HDPKernel(MCMCKernel):
             given.update({k: v for k, v in initialization.given_values(strategy).items() if k in z})
         given.update({k: v for k, v in (init_params or {}).items() if k in z})
         z.update({k: jnp.asarray(v, jnp.result_type(z[k])) for k, v in given.items()})
-        states = jnp.asarray(z[sites.states])
-        if not isinstance(states, jax.core.Tracer) and (jnp.any(states < 0) | jnp.any(states >= spec.capacity)):
-            raise ValueError(f"`init_params['{sites.states}']` must hold states in [0, max_states={spec.capacity}).")
+        given_states = given.get(sites.states)
+        if given_states is not None and is_concrete(given_states):  # checked on the host: inside the
+            host = np.asarray(given_states)  # compiled init, jnp on a constant is traced too
+            if np.any(host < 0) or np.any(host >= spec.capacity):
+                raise ValueError(f"`init_params['{sites.states}']` must hold states in [0, max_states={spec.capacity}).")
         view = self._view(model_args, model_kwargs, z)
         start = self._explicit_of(z)
         if strategy == initialization.PRIOR:

@@ -76,6 +76,7 @@ from jax import lax, random
 
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core import random as draws
+from numpyro_hdphmm._core.sizing import run_at_size, smallest_size, state_sizes
 from numpyro_hdphmm._core.slices import break_stick
 from numpyro_hdphmm._core.slots import first_free_slot, used_slots
 from numpyro_hdphmm._core.smc import (
@@ -108,7 +109,11 @@ class PGASInfo(NamedTuple):
     before the sweep; ``ess_mean``, ``ess_min``: the particles' effective sample size ``1 / sum_i
     W_i^2`` after each step's weighting, relative to ``N``, averaged and minimized over the
     sweep's valid steps; ``reference_kept``: the returned paths are the reference paths;
-    ``update_rate``: the fraction of valid steps whose state changed."""
+    ``update_rate``: the fraction of valid steps whose state changed; ``smc_size``: the slots the
+    conditional SMC ran over (the posterior proposal: the smallest of
+    :func:`~numpyro_hdphmm._core.sizing.state_sizes` that held the states in use with room for
+    new ones, or the capacity when the sweep outgrew it and was redone; the prior proposal: the
+    capacity)."""
 
     overflow: jax.Array
     num_instantiated: jax.Array
@@ -117,6 +122,7 @@ class PGASInfo(NamedTuple):
     ess_min: jax.Array
     reference_kept: jax.Array
     update_rate: jax.Array
+    smc_size: jax.Array
 
 
 class StateGraph(NamedTuple):
@@ -178,8 +184,19 @@ def _group_of(u1, log_a, log_b):
     return jnp.where(jnp.isfinite(log_b), jnp.log(u1) + log_total < log_a, True)
 
 
+def prior_predictive(emission, x, params, explicit, dtype):
+    """``(T,)`` the log prior predictive ``log m(y_t)`` of each step for the posterior proposal: the
+    closed form for conjugate families; for custom emissions and DP mixtures the estimate of
+    :meth:`~numpyro_hdphmm.emissions.collapsed.CollapsedStatistics.log_new` from the slots not in
+    ``explicit (K,)`` (their prior draws in ``params``)."""
+    statistics = emission.collapsed_statistics(explicit.shape[0])
+    pre = statistics.precompute(x, params, dtype)
+    return jax.vmap(lambda p: jax.nn.logsumexp(statistics.log_new(p, explicit)))(pre).astype(dtype)
+
+
 def conditional_smc(rng_key, reference, graph: StateGraph, explicit, params, emission, x, valid, length,
-                    hyper: crp.Concentrations, reveal_key, *, num_particles: int, proposal: str) -> SMCResult:
+                    hyper: crp.Concentrations, reveal_key, *, num_particles: int, proposal: str, ids=None,
+                    log_new=None) -> SMCResult:
     r"""One conditional SMC sweep with ancestor sampling over one sequence (step 1 of the module
     docstring).
 
@@ -189,8 +206,13 @@ def conditional_smc(rng_key, reference, graph: StateGraph, explicit, params, emi
     families that keep them explicit; custom emissions: ``{}``, their values are the emission's
     own); ``x`` the prepared observations (leading axis ``T``), ``valid (T,)``, ``length``;
     ``hyper`` the concentrations; ``reveal_key``: the ``c``-th new state of the sweep is drawn
-    with ``fold_in(reveal_key, c)``.  Pure and jittable, ``O(T N K)`` (``"posterior"``) or
-    ``O(T N log K)`` (``"prior"``), all particles in fixed-shape arrays.
+    with ``fold_in(reveal_key, c)``.  ``ids (K+1,)``: the global index of each slot and of the
+    start row / remainder (default ``arange(K+1)``), which keys the new states' stick-breaking
+    draws (:func:`~numpyro_hdphmm._core.slices.break_stick`), so that a view of the first slots of
+    a larger capacity draws what the full arrays draw; ``log_new (T,)``: the posterior proposal's
+    log prior predictive of each step, when the caller computed it (at the full capacity: custom
+    emissions and DP mixtures estimate it from the free slots).  Pure and jittable, ``O(T N K)``
+    (``"posterior"``) or ``O(T N log K)`` (``"prior"``), all particles in fixed-shape arrays.
     """
     num_states = explicit.shape[0]
     N = num_particles
@@ -210,9 +232,8 @@ def conditional_smc(rng_key, reference, graph: StateGraph, explicit, params, emi
     else:
         log_lik = jnp.zeros((num_steps, 1), dtype)  # evaluated at the particles' states, step by step
     if posterior:
-        statistics = emission.collapsed_statistics(num_states)
-        pre = statistics.precompute(x, params, dtype)
-        log_new = jax.vmap(lambda p: jax.nn.logsumexp(statistics.log_new(p, explicit)))(pre)
+        if log_new is None:
+            log_new = prior_predictive(emission, x, params, explicit, dtype)
         log_new = jnp.where(emits, log_new, 0.0).astype(dtype)
     else:
         log_new = none
@@ -220,7 +241,7 @@ def conditional_smc(rng_key, reference, graph: StateGraph, explicit, params, emi
     def reveal(g: StateGraph):
         slot = first_free_slot(g.instantiated)
         inst, beta, trans = break_stick(random.fold_in(reveal_key, g.count), slot, g.instantiated, g.beta, g.trans,
-                                        gamma, alpha, kappa)
+                                        gamma, alpha, kappa, ids=ids)
         return g._replace(beta=beta, trans=trans, instantiated=inst, count=g.count + 1)
 
     def step(carry, inp):
@@ -368,23 +389,48 @@ class ParticleGibbs(Algorithm):
                   for p, v in state.params.items()}
         graph = StateGraph(state.beta, state.trans, explicit0, jnp.zeros((), jnp.int32), jnp.zeros((), bool))
 
-        # 1. the sequences in turn
-        def one_sequence(carry, inp):
-            graph, explicit, params = carry
-            n, reference, x_n, valid_n, length_n = inp
-            out = conditional_smc(random.fold_in(k_seq, n), reference, graph, explicit, params, emission, x_n, valid_n,
-                                  length_n, hyper, k_reveal, num_particles=self.num_particles, proposal=self.proposal)
-            used = used_slots(out.states[None], length_n[None], capacity)
-            valid_steps = jnp.arange(reference.shape[0]) < length_n
-            changed = jnp.sum((out.states != reference) & valid_steps)
-            ess_sum = jnp.sum(jnp.where(valid_steps, out.ess, 0.0))
-            ess_min = jnp.min(jnp.where(valid_steps, out.ess, 1.0))
-            return (out.graph, explicit | used, params), (out.states, changed, ess_sum, ess_min)
+        # 1. the sequences in turn (the posterior proposal at the smallest of a few sizes that
+        # holds the states in use, plus room for the new ones: O(T N k), not O(T N capacity))
+        def sweep_at(size, args):  # everything traced comes in `args` (custom_vmap closes over nothing)
+            graph, explicit, params, references, x, valid, lengths, hyper, k_seq, k_reveal, emission = args
+            ids = jnp.concatenate([jnp.arange(size), jnp.array([capacity])])
+            view_graph = StateGraph(graph.beta[ids], graph.trans[ids][:, ids], graph.instantiated[:size], graph.count,
+                                    graph.overflow)
 
-        num_seq = state.states.shape[0]
-        (graph, explicit, params), (states, changed, ess_sum, ess_min) = lax.scan(
-            one_sequence, (graph, explicit0, params),
-            (jnp.arange(num_seq), state.states, data.x, data.valid, data.lengths))
+            def one_sequence(carry, inp):
+                view_graph, explicit = carry
+                n, reference, x_n, valid_n, length_n = inp
+                log_new = None
+                if self.proposal == "posterior":  # at the full capacity (the free slots' estimate)
+                    log_new = prior_predictive(emission, x_n, params, explicit, dtype)
+                out = conditional_smc(random.fold_in(k_seq, n), reference, view_graph, explicit[:size],
+                                      jax.tree_util.tree_map(lambda p: p[:size], params), emission, x_n, valid_n,
+                                      length_n, hyper, k_reveal, num_particles=self.num_particles,
+                                      proposal=self.proposal, ids=ids, log_new=log_new)
+                used = used_slots(out.states[None], length_n[None], size)
+                valid_steps = jnp.arange(reference.shape[0]) < length_n
+                changed = jnp.sum((out.states != reference) & valid_steps)
+                ess_sum = jnp.sum(jnp.where(valid_steps, out.ess, 0.0))
+                ess_min = jnp.min(jnp.where(valid_steps, out.ess, 1.0))
+                return (out.graph, explicit.at[:size].set(explicit[:size] | used)), (out.states, changed, ess_sum, ess_min)
+
+            (view_graph, explicit), per_seq = lax.scan(
+                one_sequence, (view_graph, explicit),
+                (jnp.arange(references.shape[0]), references, x, valid, lengths))
+            graph = StateGraph(graph.beta.at[ids].set(view_graph.beta),
+                               graph.trans.at[ids[:, None], ids[None, :]].set(view_graph.trans),
+                               graph.instantiated.at[:size].set(view_graph.instantiated), view_graph.count,
+                               view_graph.overflow)
+            # the run holds the full-capacity run while a slot below `size` stayed free
+            fits = jnp.any(~(graph.instantiated | explicit)[:size]) if size < capacity else jnp.ones((), bool)
+            return (graph, explicit) + tuple(per_seq) + (jnp.asarray(size, jnp.int32),), fits
+
+        sizes = state_sizes(capacity) if self.proposal == "posterior" else (capacity,)
+        in_use = jnp.max(jnp.where(graph.instantiated | explicit0, jnp.arange(1, capacity + 1), 0))
+        bucket = smallest_size(sizes, in_use + jnp.maximum(4, in_use // 4))  # room for the sweep's new states
+        (graph, explicit, states, changed, ess_sum, ess_min, smc_size), _ = run_at_size(
+            sizes, sweep_at, bucket, (graph, explicit0, params, state.states, data.x, data.valid, data.lengths, hyper, k_seq,
+                                      k_reveal, emission), fits=lambda out: out[1])
         num_valid = jnp.maximum(jnp.sum(data.lengths), 1)
         info = PGASInfo(
             overflow=graph.overflow,
@@ -394,6 +440,7 @@ class ParticleGibbs(Algorithm):
             ess_min=jnp.min(ess_min).astype(dtype),
             reference_kept=jnp.all(changed == 0),
             update_rate=(jnp.sum(changed) / num_valid).astype(dtype),
+            smc_size=smc_size,
         )
         # 2. compaction: unused states' mass joins the remainder
         states, head, params, _ = drop_unused(states, graph.beta[:capacity], params, emission, data.lengths)

@@ -288,6 +288,60 @@ def test_agrees_with_weak_limit():
         assert abs(a.mean() - b.mean()) < 4 * se + 1e-9, (stat, a.mean(), b.mean(), se)
 
 
+# ------------------------------------------------------------ the posterior proposal's sizes
+def clusters_model(num_clusters, concentration):
+    def model(y):
+        emission = nh.emissions.GaussianNIW(jnp.array([4.0 * num_clusters]), 0.001, 3.0, jnp.eye(1))
+        nh.sample("y", nh.StickyHDPHMM(concentration, concentration, 1.0, emission, max_states=24), obs=y)
+
+    return model
+
+
+@pytest.mark.parametrize("num_clusters,concentration,num_chains,redone", [
+    (4, 1.0, 2, False),  # few states created per sweep: sweeps that fit their small size
+    (12, 20.0, None, True),  # many: the sweeps outgrow their size and are redone at the capacity
+    pytest.param(4, 1.0, None, False, marks=pytest.mark.slow),
+    pytest.param(12, 20.0, 2, True, marks=pytest.mark.slow),
+])
+def test_posterior_proposal_at_a_size_is_the_full_run(monkeypatch, num_clusters, concentration, num_chains, redone):
+    """The posterior proposal runs the conditional SMC over the first ``S`` slots only (the
+    smallest of a few sizes that holds the states in use with room for new ones: ``O(T N k)``,
+    not ``O(T N capacity)``), and redoes the sweep at the full capacity when it instantiated so
+    many states that no slot below ``S`` stayed free.  Every draw is keyed by global slot
+    indices, so the run at ``S`` is the full run restricted to those slots: with sizes 4, 6, 8
+    (and the capacity 24) the draws equal those of the full capacity alone, sweep for sweep,
+    from one state, for one chain and for vectorized chains (where every chain runs at the
+    largest size any needs, and all are redone when one outgrew it)."""
+    y = (np.repeat(np.arange(num_clusters) * 8.0, 120 // num_clusters)
+         + np.random.default_rng(0).normal(size=120))[:, None]
+    start = numpyro.infer.init_to_value(values={"y_states": np.zeros(120, np.int32)})
+    key = jax.random.key(3) if num_chains is None else jax.random.split(jax.random.key(3), num_chains)
+    model = clusters_model(num_clusters, concentration)
+    def draws(sizes):
+        monkeypatch.setattr(pgas, "state_sizes", sizes)
+        kernel = PGAS(model, proposal="posterior", init_strategy=start)
+        state = kernel.init(key, 0, None, (jnp.asarray(y),), {})
+        out, ran = [], []
+        for _ in range(5):
+            beta = np.asarray(state.z["y_beta"])[..., :-1].reshape(-1, 24)
+            in_use = int(np.max(np.nonzero(beta > 0)[1])) + 1  # all chains: their largest bucket
+            state = kernel.sample(state, (jnp.asarray(y),), {})
+            out.append(np.asarray(state.z["y_states"]))
+            ran.append((next(s for s in sizes(24) if s >= in_use + max(4, in_use // 4) or s == 24),
+                        int(np.max(state.info.smc_size))))
+        return np.stack(out), np.asarray(state.z["y_beta"]), np.asarray(state.z["y_trans"]), ran
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        full = draws(lambda capacity: (capacity,))
+        sized = draws(lambda capacity: (4, 6, 8, capacity))
+    np.testing.assert_array_equal(sized[0], full[0])
+    np.testing.assert_allclose(sized[1], full[1], rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(sized[2], full[2], rtol=1e-12, atol=1e-300)
+    below = [chosen == ran for chosen, ran in sized[3] if chosen < 24]  # sweeps started below the capacity: fit?
+    assert below and (not all(below) if redone else any(below)), sized[3]
+
+
 # ------------------------------------------------------------------- plumbing, validation
 def poisson_model(y, lengths=None):
     hmm = nh.StickyHDPHMM(1.0, 2.0, 1.0, nh.emissions.Poisson(1.0, 0.2), max_states=8)

@@ -26,27 +26,33 @@ Choices (following Fox, Sudderth, Jordan & Willsky's BP-AR-HMM mocap experiments
 * ``gamma ~ Gamma(1, 0.01)``, ``alpha ~ Gamma(1, 1)``, ``kappa ~ Gamma(50, 1)``: kappa large
   relative to alpha, a prior self-transition probability ``rho = kappa / (alpha + kappa)``
   around 0.98, i.e. exercise segments of about 50 frames (5 s), the annotated ones last
-  17-108 frames; the three get exact auxiliary-variable updates.  (``kappa ~ Gamma(100, 1)``
+  17-108 frames; the three get exact updates (slice sampling of their collapsed conditionals).  (``kappa ~ Gamma(100, 1)``
   merged exercises into 2-4 states: Hamming about 0.7.)
 
-Initialization (``initial_parameters``): each chain cuts the sequences into 50-frame chunks
-with random labels and starts every state at its posterior mean given its chunks, with
-``beta`` uniform and the rows at their prior means.  Starting from prior draws instead
-(``--prior-init``) let a draw of ``beta`` with small ``gamma``/``alpha`` shut most states out
-in the first sweep: 2-13 states per chain.
+Initialization: the kernel's default data-driven start (``init_strategy="data"``): windows of
+1, 3 and 10 frames clustered, and of the three labellings the one with the highest collapsed log
+joint under this AR(1) prior (``nh.infer.initialization.labelling_score``), here the 10-frame
+windows' (8 states at Hamming distance about 0.4 before the first sweep), the parameters then
+drawn given those states.  ``--start chunks`` starts from ``initial_parameters`` instead (each
+chain cuts the sequences into 50-frame chunks with random labels and starts every state at its
+posterior mean given its chunks, ``beta`` uniform, the rows at their prior means), ``--start
+prior`` from prior draws (a draw of ``beta`` with small ``gamma``/``alpha`` then shuts most
+states out in the first sweep: 2-13 states per chain).
 
 The chains mix slowly between segmentations (the weak-limit Gibbs sampler moves one state
-sequence at a time; Fox et al. add split-merge moves to the BP-AR-HMM), so different chains end
-in different local modes; several are run and reported separately.
+sequence at a time), so different chains end in different local modes; several are run and
+reported separately.
 
-Results with the defaults (4 chains x 500 sweeps, seed 0, about 70 s on 2 shared CPU cores,
-compilation included): 22-23 states per chain (the 12 exercises over-segmented), last-draw
-Hamming distance 0.46, 0.60, 0.47, 0.52 (median 0.50); with ``--prior-init``: 0.42, 0.54,
-0.63, 0.72 with 2-13 states.  Other settings tried (2 chains x 400 sweeps, prior init):
-``weakly_informative`` defaults 0.60-0.68 (2-4 states); ``loc = [I, 0]`` 0.49-0.53 (20
-states); ``kappa ~ Gamma(100, 1)`` 0.70-0.72 (2-4 states); noise fraction 0.5 0.63-0.71;
-constants ``gamma = 10, alpha = 1, kappa = 50`` 0.50-0.65; ``gamma ~ Gamma(10, 1)`` (4
-chains) 0.43-0.70; IW ``df = 30`` 0.53-0.72.
+Measured (4 vectorized chains, seed 0; ``docs/benchmarks.md``, "Motion capture" and
+"Initialization"): with the defaults (400 + 100 sweeps, the default start) 7-11 states per chain
+and median Hamming distances over the last 100 draws 0.371, 0.419, 0.378, 0.414 (median over
+the chains 0.396; last draws 0.370, 0.417, 0.382, 0.411), 168 s on 2 shared cores with
+compilation; from the 50-frame chunks (the example's start before) 22-23 states per chain and
+last draws 0.46, 0.60, 0.47, 0.52; from prior draws 0.42, 0.54, 0.63, 0.72 with 2-13 states.
+Other priors tried (2 chains x 400 sweeps, prior start): ``weakly_informative`` defaults
+0.60-0.68 (2-4 states); ``loc = [I, 0]`` 0.49-0.53 (20 states); ``kappa ~ Gamma(100, 1)``
+0.70-0.72 (2-4 states); noise fraction 0.5 0.63-0.71; constants ``gamma = 10, alpha = 1, kappa =
+50`` 0.50-0.65; ``gamma ~ Gamma(10, 1)`` (4 chains) 0.43-0.70; IW ``df = 30`` 0.53-0.72.
 
 Output: per chain, the number of states of the last draw and the normalized Hamming distance
 (``nh.diagnostics.hamming_distance``, optimal one-to-one matching of states to exercises over
@@ -165,17 +171,17 @@ def valid_frames(x, lengths):
 
 
 def main(num_warmup=400, num_samples=100, num_chains=4, max_states=30, seed=0, sequence=3, prefix="mocap", prior_df=None,
-         chunk_init=True):
+         start="data"):
     data = nh.datasets.load_mocap6()
     lengths = np.asarray(data.lengths)
     y, _, _ = standardize(data.observations, lengths)
     truth = valid_frames(data.states, lengths)
     emission = emission_prior(y, lengths, df=prior_df)
     model = make_model(emission, max_states)
-    init = initial_parameters(emission, y, lengths, max_states, num_chains, seed) if chunk_init else None
+    init = initial_parameters(emission, y, lengths, max_states, num_chains, seed) if start == "chunks" else None
 
     mcmc = MCMC(
-        nh.infer.WeakLimitGibbs(model),
+        nh.infer.WeakLimitGibbs(model, init_strategy="prior" if start == "prior" else "data"),
         num_warmup=num_warmup,
         num_samples=num_samples,
         num_chains=num_chains,
@@ -226,8 +232,8 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sequence", type=int, default=3, help="sequence to plot (0-5)")
     parser.add_argument("--prior-df", type=float, default=None, help="inverse-Wishart df (default D + 2)")
-    parser.add_argument("--prior-init", action="store_true",
-                        help="start from prior draws of the parameters instead of chunk posteriors")
+    parser.add_argument("--start", choices=("data", "chunks", "prior"), default="data",
+                        help="the kernel's data-driven start (default), 50-frame chunk posteriors, or prior draws")
     args = parser.parse_args()
     main(args.num_warmup, args.num_samples, args.num_chains, args.max_states, args.seed, args.sequence,
-         prior_df=args.prior_df, chunk_init=not args.prior_init)
+         prior_df=args.prior_df, start=args.start)

@@ -124,6 +124,16 @@ class EmissionFamily:
         """
         raise NotImplementedError
 
+    def clustering_features(self, y):
+        """``(N, T, D')`` real features of observations ``y (N, T, *event_shape)`` (NaN marks a
+        missing value) whose Euclidean distances the data-driven start's k-means uses
+        (:func:`numpyro_hdphmm.infer.initialization.cluster_states`).  Default: the observations
+        themselves, the event flattened; a family whose values are labels, not magnitudes,
+        overrides it (:class:`~numpyro_hdphmm.emissions.Categorical`)."""
+        y = jnp.asarray(y)
+        dtype = y.dtype if jnp.issubdtype(y.dtype, jnp.inexact) else jnp.result_type(float)
+        return y.astype(dtype).reshape(y.shape[0], y.shape[1], -1)
+
     def prepare(self, y):
         """``y (T, *event_shape) -> (x, valid)``: sanitized observations and the ``(T,)`` mask.
 

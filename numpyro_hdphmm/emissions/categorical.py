@@ -121,6 +121,25 @@ class Categorical(EmissionFamily):
             x = y.astype(jnp.int32)
         return x, valid
 
+    #: the dimension of the categories' embedding for the data-driven start
+    CLUSTERING_DIM = 32
+
+    def clustering_features(self, y):
+        """``(N, T, 32)`` features of category indices ``y (N, T)`` for the data-driven start's
+        k-means: categories are labels, not magnitudes (as numbers, categories 1 and 2 would be
+        closer than 1 and 900), so each gets a vector of its own: a fixed random embedding of
+        ``C`` independent standard normal vectors in 32 dimensions, whose pairwise distances
+        concentrate around one value (Johnson-Lindenstrauss), so that a window's mean is a
+        sketch of its histogram of categories.  (One-hot vectors would be exact for few
+        categories, but the start standardizes every feature, which would put a rare category
+        far from all others.)  Missing values stay NaN."""
+        y = jnp.asarray(y)
+        observed = ~jnp.isnan(y) if jnp.issubdtype(y.dtype, jnp.floating) else jnp.ones(y.shape, bool)
+        index = jnp.where(observed, y, 0).astype(jnp.int32)
+        table = np.random.default_rng(0).normal(size=(self.num_categories, self.CLUSTERING_DIM))
+        features = jnp.asarray(table, jnp.result_type(float))[index]
+        return jnp.where(observed[..., None], features, jnp.nan)
+
     # ------------------------------------------------------------------ conjugate machinery
     def sufficient_statistics(self, x, weights):
         """``x (T,)``, ``weights (T, K)`` -> ``{"counts": (K, C), "total": (K,)}``.

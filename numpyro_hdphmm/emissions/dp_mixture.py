@@ -270,6 +270,9 @@ class DPMixture(EmissionFamily):
     def prepare(self, y):
         return self.base.prepare(y)
 
+    def clustering_features(self, y):
+        return self.base.clustering_features(y)
+
     # ------------------------------------------------------------------ helpers
     def _flat(self, params):
         """Base parameters ``(K, L', ...) -> (K * L', ...)``."""

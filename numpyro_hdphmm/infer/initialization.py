@@ -168,9 +168,11 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
     For every window length ``w`` of ``options.window`` (the same compiled code for all, mapped
     over them):
 
-    1. Features: the standardized observations ``f_t`` (event flattened; missing values and
-       padded steps left out), averaged over centred windows of ``w`` steps within each
-       sequence: ``fbar_t = sum_{|s-t|<=h} f_s / #valid`` (:func:`~numpyro_hdphmm._core.clustering.window_sum`).
+    1. Features: the family's features of the observations (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.clustering_features`:
+       the observations themselves, event flattened; categories as one-hot vectors or a random
+       embedding), standardized, ``f_t`` (missing values and padded steps left out), averaged
+       over centred windows of ``w`` steps within each sequence: ``fbar_t = sum_{|s-t|<=h} f_s
+       / #valid`` (:func:`~numpyro_hdphmm._core.clustering.window_sum`).
     2. k-means (k-means++ seeding) of ``fbar`` over the steps with data in their window into
        ``C`` clusters (:func:`~numpyro_hdphmm._core.clustering.kmeans`).
     3. with ``options.merge``: greedy merging of over-split clusters by the BIC of a diagonal
@@ -189,7 +191,7 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
     num_clusters = min(options.num_states or _default_clusters(capacity), capacity)
     windows = (options.window,) if isinstance(options.window, int) else tuple(options.window)
     k_means, k_refine = random.split(rng_key)
-    f, w = _features(data.y, valid)
+    f, w = _features(emission.clustering_features(data.y), valid)
     points, point_weights = [], []
     for window in windows:  # static and few: the features of every window, stacked
         sums, counts = window_sum(f, window), window_sum(w, window)

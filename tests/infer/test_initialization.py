@@ -148,6 +148,35 @@ def test_labelling_score_is_the_family_collapsed_joint():
     assert bic["one"] > bic["truth"], bic
 
 
+def _interleaved_categorical(num_steps=800, num_states=4, num_categories=40, seed=0):
+    """A sticky 4-state HMM over 40 symbols whose supports interleave (state k emits k, k + 4,
+    k + 8, ...), so that symbol ids near each other as numbers belong to different states:
+    ``(y (T,), truth (T,))``."""
+    rng = np.random.default_rng(seed)
+    z = np.zeros(num_steps, int)
+    for t in range(1, num_steps):
+        z[t] = z[t - 1] if rng.random() < 0.95 else rng.integers(num_states)
+    y = np.array([rng.choice(np.arange(z[t], num_categories, num_states)) for t in range(num_steps)])
+    return y, z
+
+
+def categorical_model(y):
+    nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, 10.0, nh.emissions.Categorical(40, 0.1), max_states=12), obs=y)
+
+
+def test_categorical_start_embeds_the_categories(monkeypatch):
+    """Categories are labels: the start clusters windows of a random embedding of them
+    (``Categorical.clustering_features``), which finds the states of interleaved supports
+    (measured: 3 of the 4 at the start, Hamming 0.18); clustering the ids as numbers (the
+    family default, the rule before) finds one state (Hamming 0.52)."""
+    y, truth = _interleaved_categorical()
+    z = np.asarray(initial(WeakLimitGibbs(categorical_model), jnp.asarray(y)).z["y_states"])
+    assert found(z, truth) >= 3 and float(nh.diagnostics.hamming_distance(z[None], truth)[0]) < 0.3
+    monkeypatch.setattr(nh.emissions.Categorical, "clustering_features", nh.emissions.base.EmissionFamily.clustering_features)
+    z = np.asarray(initial(WeakLimitGibbs(categorical_model), jnp.asarray(y)).z["y_states"])
+    assert found(z, truth) <= 2 and float(nh.diagnostics.hamming_distance(z[None], truth)[0]) > 0.4
+
+
 def test_labelling_score_falls_back_to_the_gaussian_hmm_bic():
     """Families without a closed-form marginal likelihood (custom emissions, DP mixtures) are
     scored by the plug-in Gaussian HMM's BIC."""
@@ -189,10 +218,14 @@ def test_data_start_finds_both_regimes_where_the_prior_draw_does_not():
 def test_init_to_value_is_honoured():
     """NumPyro's ``init_to_value``: given states are the starting states (the emission
     parameters drawn given them), a given hyperparameter its starting value; ``init_to_median``
-    is accepted too (not compiled here, to keep the suite cheap)."""
+    is accepted too (not compiled here, to keep the suite cheap).  The states as a JAX array
+    (checked on the host: inside the compiled init a check on the constant raised
+    ``TracerBoolConversionError``); states outside the capacity raise a ``ValueError``."""
     y, truth = regimes()
     z0 = np.where(np.arange(T) < 120, 3, 5).astype(np.int32)
-    kernel = BeamSampler(model, init_strategy=init_to_value(values={"y_states": z0, "kappa": 7.0}))
+    with pytest.raises(ValueError, match="y_states.*max_states=8"):
+        initial(BeamSampler(model, init_strategy=init_to_value(values={"y_states": jnp.asarray(z0 + 5)})), jnp.asarray(y))
+    kernel = BeamSampler(model, init_strategy=init_to_value(values={"y_states": jnp.asarray(z0), "kappa": 7.0}))
     state = initial(kernel, jnp.asarray(y))
     # the beam sampler relabels by first appearance: 3 -> 0, 5 -> 1
     np.testing.assert_array_equal(np.asarray(state.z["y_states"]), (z0 == 5).astype(np.int32))

@@ -145,7 +145,7 @@ def smc_sweep(kernel, state, y, L, seed):
         out = conditional_smc(k_smc, s.reference, graph, explicit, params, emission, x, valid, y.shape[0], hyper,
                               k_reveal, num_particles=num_particles, proposal=proposal)
         used = jnp.zeros((L,), bool).at[out.states].set(True)
-        info = PGASInfo(out.graph.overflow, jnp.sum(out.graph.instantiated), *(jnp.zeros(()),) * 5)
+        info = PGASInfo(out.graph.overflow, jnp.sum(out.graph.instantiated), *(jnp.zeros(()),) * (len(PGASInfo._fields) - 2))
         return _SMCState(out.states, key, info, jnp.sum(used))
 
     first = _SMCState(z["y_states"], jax.random.key(seed + 2), None, None)

@@ -1,8 +1,8 @@
 """PGAS (particle Gibbs with ancestor sampling, Tripuraneni et al. 2015): the conditional SMC
 with transitions and emissions held fixed against the exact posterior over state sequences
 (with negative controls), exact enumeration of the infinite model's partition posterior (both
-proposals, N = 2 and 10, sticky and not), Geweke, agreement with WeakLimitGibbs, several
-sequences with missing data, input validation.
+proposals, N = 2 and 10, sticky and not), Geweke, agreement with WeakLimitGibbs, BeamSampler and
+DirectAssignmentGibbs, several sequences with missing data, input validation.
 
 Each exact check compares independent draws (the last sweep of many vectorized chains) with the
 enumerated posterior in total variation against :func:`_checks.tv_bound`."""
@@ -20,7 +20,7 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer import PGAS, HDPKernel, WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import PGAS, HDPKernel, weak_limit
 from numpyro_hdphmm.infer import pgas
 
 import test_beam
@@ -256,35 +256,49 @@ def test_geweke_detects_printed_gamma_update(monkeypatch):
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
 
 
-# ------------------------------------------------------------ agreement with WeakLimitGibbs
+# ------------------------------------------------------------ agreement with the other kernels
 def gauss_model(y):
     emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
     nh.sample("y", nh.StickyHDPHMM(1.0, 3.0, 5.0, emission, max_states=20), obs=y)
 
 
+@pytest.fixture(scope="module")
+def agreement_data():
+    rng = np.random.default_rng(1)
+    return np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30), rng.normal(0, 1, 20)])[:, None]
+
+
+def agreement_draws(kernel, y):
+    """``num_states`` and the log-likelihood of 4 vectorized chains x 1500 draws (300 warm-up)."""
+    mcmc = MCMC(kernel, num_warmup=300, num_samples=1500, num_chains=4, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.key(0), y)
+    s = mcmc.get_samples()
+    family = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
+    ll = jax.vmap(lambda mu, cov, z: family.pointwise_log_likelihood(jnp.asarray(y), {"mu": mu, "cov": cov}, z).sum())(
+        s["y_mu"], s["y_cov"], s["y_states"])
+    return np.asarray(s["y_num_states"], float), np.asarray(ll)
+
+
+@pytest.fixture(scope="module")
+def pgas_agreement_draws(agreement_data):
+    return agreement_draws(PGAS(gauss_model), agreement_data)
+
+
 @pytest.mark.slow
-def test_agrees_with_weak_limit():
+@pytest.mark.parametrize("other", ["WeakLimitGibbs", "BeamSampler", "DirectAssignmentGibbs"])
+def test_agrees_with_other_kernels(other, agreement_data, pgas_agreement_draws):
     """Posterior means of num_states and of the log-likelihood: PGAS (N = 10, prior proposal;
-    infinite model) against WeakLimitGibbs with L = 20, within 4 standard errors
+    infinite model) against WeakLimitGibbs with L = 20 (the weak limit), and against the beam and
+    direct-assignment samplers (the same infinite model, other moves), within 4 standard errors
     (ArviZ ESS over 4 chains)."""
     import arviz as az
 
-    rng = np.random.default_rng(1)
-    y = np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30), rng.normal(0, 1, 20)])[:, None]
-    out = {}
-    for name, kernel in (("PGAS", PGAS(gauss_model)), ("WeakLimitGibbs", WeakLimitGibbs(gauss_model))):
-        mcmc = MCMC(kernel, num_warmup=300, num_samples=1500, num_chains=4, chain_method="vectorized",
-                    progress_bar=False)
-        mcmc.run(jax.random.key(0), y)
-        s = mcmc.get_samples()
-        family = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
-        ll = jax.vmap(lambda mu, cov, z: family.pointwise_log_likelihood(jnp.asarray(y), {"mu": mu, "cov": cov}, z).sum())(
-            s["y_mu"], s["y_cov"], s["y_states"])
-        out[name] = (np.asarray(s["y_num_states"], float), np.asarray(ll))
+    b_draws = agreement_draws(getattr(nh.infer, other)(gauss_model), agreement_data)
     for i, stat in enumerate(("num_states", "log-likelihood")):
-        a, b = out["PGAS"][i], out["WeakLimitGibbs"][i]
+        a, b = pgas_agreement_draws[i], b_draws[i]
         se = np.sqrt(a.var() / az.ess(a.reshape(4, -1)) + b.var() / az.ess(b.reshape(4, -1)))
-        print(f"{stat}: PGAS {a.mean():.3f}, WeakLimitGibbs {b.mean():.3f}, z {(a.mean() - b.mean()) / se:.2f}")
+        print(f"{stat}: PGAS {a.mean():.3f}, {other} {b.mean():.3f}, z {(a.mean() - b.mean()) / se:.2f}")
         assert abs(a.mean() - b.mean()) < 4 * se + 1e-9, (stat, a.mean(), b.mean(), se)
 
 

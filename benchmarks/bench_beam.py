@@ -177,13 +177,15 @@ def discovery(T, K, sweeps, checkpoints, mean_precision=None, seed=0):
     return out
 
 
-def set_a_run(cls, K, sweeps, num_chains=4, seed=0, start="random10", checkpoint=300):
+def set_a_run(cls, K, sweeps, num_chains=4, seed=0, start="random10", checkpoint=300, mode_draws=0):
     """Set A from 10 states (``start="random10"``: uniform random labels, the owned sites made
     consistent with them) or from the kernel's default ``init_strategy`` (``start="default"``):
     first sweep with exactly 4 states per chain, final Hamming per chain, the Hamming distance and
     the number of large states at sweep ``checkpoint``, ESS of num_states over the last half and
     ESS/s (wall time of that half), seconds, overflow count, final states, mean states in use over
-    the last half."""
+    the last half.  ``mode_draws > 0``: also the Hamming distance of each chain's point estimate,
+    the per-step majority label over its last ``mode_draws`` draws (each draw relabelled to the
+    chain's last draw first, so that a label switch inside the window cannot split a state)."""
     import arviz as az
     import jax
     import jax.numpy as jnp
@@ -215,16 +217,31 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0, start="random10", checkpoint
         counts = jax.vmap(lambda z: jnp.zeros(K, jnp.int32).at[z].add(1))(s.z["y_states"])
         return s, (s.num_states, jnp.sum(counts >= min_steps, -1), s.overflow)
 
+    def body_with_states(s, _):
+        s, out = body(s, _)
+        return s, (*out, s.z["y_states"])
+
     checkpoint = min(checkpoint, sweeps)
-    run_to = lambda n: jax.jit(lambda s: jax.lax.scan(body, s, None, length=n)).lower(state).compile()
-    first_part, second_part = run_to(checkpoint), (run_to(sweeps - checkpoint) if sweeps > checkpoint else None)
+    mode_draws = min(mode_draws, sweeps - checkpoint)
+    run_to = lambda n, f=body: jax.jit(lambda s: jax.lax.scan(f, s, None, length=n)).lower(state).compile()
+    first_part = run_to(checkpoint)
+    second_part = run_to(sweeps - checkpoint - mode_draws) if sweeps - checkpoint > mode_draws else None
+    last_part = run_to(mode_draws, body_with_states) if mode_draws else None
     t0 = time.perf_counter()
     state, (num_states, num_large, overflow) = _block(first_part(state))
     mid = np.asarray(state.z["y_states"])
-    if second_part is not None:
-        state, rest = _block(second_part(state))
-        num_states, num_large, overflow = (jnp.concatenate([a, b]) for a, b in zip((num_states, num_large, overflow), rest))
+    for part in (second_part, last_part):
+        if part is not None:
+            state, rest = _block(part(state))
+            num_states, num_large, overflow = (jnp.concatenate([a, b]) for a, b in zip((num_states, num_large, overflow), rest))
     seconds = time.perf_counter() - t0
+    hamming_mode = []
+    if last_part is not None:
+        draws = np.asarray(rest[3])  # (mode_draws, chains, T)
+        from bench_initialization import majority
+
+        hamming_mode = [float(nh.diagnostics.hamming_distance(majority(draws[:, c]), data.states))
+                        for c in range(num_chains)]
     num_states = np.asarray(num_states).T  # (chains, sweeps)
     num_large = np.asarray(num_large).T
     first = lambda hits: int(np.argmax(hits)) + 1 if np.any(hits) else None
@@ -243,7 +260,8 @@ def set_a_run(cls, K, sweeps, num_chains=4, seed=0, start="random10", checkpoint
         occupancy.append(sorted(zip(np.round(mu.astype(float), 2).tolist(), counts.tolist())))
     hyper = {k: np.round(np.asarray(state.z[k], float), 2).tolist() for k in ("gamma", "alpha")}
     return {"reach": reach, "reach_large": reach_large, "final_large": [int(n) for n in num_large[:, -1]],
-            "hamming": hamming, "hamming_mid": hamming_mid, "checkpoint": checkpoint,
+            "hamming": hamming, "hamming_mid": hamming_mid, "checkpoint": checkpoint, "hamming_mode": hamming_mode,
+            "mode_draws": mode_draws,
             "large_mid": [int(n) for n in num_large[:, checkpoint - 1]], "ess": ess, "ess_per_s": ess / tail_s, "seconds": seconds,
             "occupancy": occupancy, "hyper": hyper,
             "overflow": int(np.sum(np.asarray(overflow))), "final_states": [int(n) for n in num_states[:, -1]],
@@ -319,25 +337,61 @@ def set_a_text(set_a, sweeps):
     return "\n".join(lines)
 
 
-def set_a_default_text(set_a, sweeps, num_chains):
+def set_a_exact_reference(num_draws=8, seed=0):
+    """Set A's states under the TRUE parameters (``info``'s transition matrix, initial
+    probabilities, means and variance): the Hamming distances of ``num_draws`` exact posterior
+    draws (FFBS), of the per-step marginal mode (forward-backward) and of the Viterbi path; the
+    level a sampler's draws and point estimates can reach."""
+    import jax
+    import jax.numpy as jnp
+    from jax.scipy.stats import norm
+
+    import numpyro_hdphmm as nh
+    from numpyro_hdphmm._core.hmm import hmm_posterior_sample, hmm_smoother, hmm_viterbi
+
+    data = nh.datasets.pgas_set_a(num_steps=4000, seed=seed)
+    info = data.info
+    ll = norm.logpdf(jnp.asarray(data.observations, jnp.float64 if jax.config.x64_enabled else jnp.float32),
+                     jnp.asarray(info["means"]), jnp.sqrt(info["variances"]))  # (T, 4)
+    log_init, log_trans = jnp.log(jnp.asarray(info["initial_probs"])), jnp.log(jnp.asarray(info["transition_matrix"]))
+    keys = jax.random.split(jax.random.key(seed + 100), num_draws)
+    draws = jax.vmap(lambda k: hmm_posterior_sample(k, log_init, log_trans, ll)[0])(keys)
+    ham = lambda z: float(nh.diagnostics.hamming_distance(np.asarray(z), data.states))
+    return {"draws": [ham(z) for z in draws],
+            "marginal_mode": ham(jnp.argmax(hmm_smoother(log_init, log_trans, ll).log_smoothed, -1)),
+            "viterbi": ham(hmm_viterbi(log_init, log_trans, ll))}
+
+
+def set_a_default_text(set_a, sweeps, num_chains, reference=None):
     """The table of :func:`set_a_run` results from the kernels' default initialization (issue 16's
     set A target: 4 large states in every chain within 300 sweeps, Hamming < 0.05 after 1000)."""
     checkpoint = next(iter(set_a.values()))["checkpoint"]
+    mode_draws = next(iter(set_a.values())).get("mode_draws", 0)
+    mode_head = f" point estimate, last {mode_draws} draws |" if mode_draws else ""
     lines = [
         f"The set-up above (T = 4000, 4 true states, capacity / L = 40), {num_chains} vectorized chains from each "
         f"kernel's default `init_strategy` (no `init_params`), {sweeps} sweeps.  Issue 16's target: 4 large "
         f"states (each >= 1% of the steps) in every chain within {checkpoint} sweeps, Hamming < 0.05 after 1000.",
+        "Hamming distances per chain" + (f"; the point estimate is each step's majority label over the chain's "
+                                         f"last {mode_draws} draws (relabelled to its last draw)" if mode_draws else "")
+        + ".",
         "",
         f"| kernel | sweeps to 4 large states (per chain) | large states at sweep {checkpoint} | Hamming at sweep "
-        f"{checkpoint} | Hamming after sweep {sweeps} | final states (large) | s |",
-        "|---|---|---|---|---|---|---:|",
+        f"{checkpoint} | Hamming after sweep {sweeps} |{mode_head} final states (large) | s |",
+        "|---|---|---|---|---|" + ("---|" if mode_draws else "") + "---|---:|",
     ]
+    fmt = lambda hs: ", ".join(f"{h:.3f}" for h in hs)
     for name, r in set_a.items():
         reach_large = ", ".join("-" if v is None else str(v) for v in r["reach_large"])
         fin = ", ".join(f"{v} ({w})" for v, w in zip(r["final_states"], r["final_large"]))
+        mode_cell = f" {fmt(r['hamming_mode'])} |" if mode_draws else ""
         lines.append(f"| {name} | {reach_large} | {', '.join(map(str, r['large_mid']))} | "
-                     f"{', '.join(f'{h:.3f}' for h in r['hamming_mid'])} | {', '.join(f'{h:.3f}' for h in r['hamming'])} "
-                     f"| {fin} | {r['seconds']:.0f} |")
+                     f"{fmt(r['hamming_mid'])} | {fmt(r['hamming'])} |{mode_cell} {fin} | {r['seconds']:.0f} |")
+    if reference is not None:
+        lines += ["", f"The same data under the true parameters (the level the posterior itself allows): "
+                      f"{len(reference['draws'])} exact posterior draws of the states (FFBS) have Hamming "
+                      f"{fmt(sorted(reference['draws']))}; the per-step marginal mode (forward-backward) "
+                      f"{reference['marginal_mode']:.3f}, the Viterbi path {reference['viterbi']:.3f}."]
     return "\n".join(lines)
 
 
@@ -370,6 +424,8 @@ def main():
     parser.add_argument("--set-a-default", action="store_true",
                         help="only set A from each kernel's default init_strategy (its own subsection of the set A study)")
     parser.add_argument("--set-a-chains", type=int, default=8, help="chains of --set-a-default")
+    parser.add_argument("--set-a-mode-draws", type=int, default=200,
+                        help="--set-a-default: the last draws whose per-step majority is each chain's point estimate")
     parser.add_argument("--set-a-kernels", nargs="+", default=["BeamSampler", "WeakLimitGibbs", "DirectAssignmentGibbs",
                                                               "PGAS", "RCDSampler"], help="kernels of --set-a-default")
     args = parser.parse_args()
@@ -390,15 +446,17 @@ def main():
         results = {}
         for name in args.set_a_kernels:
             results[name] = r = set_a_run(getattr(infer, name), 40, sweeps, num_chains=args.set_a_chains,
-                                          start="default")
+                                          start="default", mode_draws=args.set_a_mode_draws)
             say(f"set A (default start) {name}: reach 4 large states at {r['reach_large']}, large at "
                 f"{r['checkpoint']}: {r['large_mid']}, Hamming there {np.round(r['hamming_mid'], 3).tolist()}, "
                 f"final {np.round(r['hamming'], 3).tolist()}, final states {r['final_states']}, {r['seconds']:.0f} s")
-        text = f"{device}\n\n{set_a_default_text(results, sweeps, args.set_a_chains)}"
+        reference = set_a_exact_reference()
+        text = f"{device}\n\n{set_a_default_text(results, sweeps, args.set_a_chains, reference)}"
         say(text)
         if args.write:
             cmd = (f"python benchmarks/bench_beam.py --set-a-default --set-a-sweeps {sweeps} --set-a-chains "
-                   f"{args.set_a_chains} --set-a-kernels {' '.join(args.set_a_kernels)} --write")
+                   f"{args.set_a_chains} --set-a-mode-draws {args.set_a_mode_draws} --set-a-kernels "
+                   f"{' '.join(args.set_a_kernels)} --write")
             say(f"wrote {write_set_a_subsection(cmd, text, SET_A_DEFAULT_HEADING)}")
         return
     lines = [device, ""]

@@ -113,7 +113,16 @@ def five_state_data(T=10000, seed=0):
     return (means[z] + rng.normal(size=(T, 2))).astype(np.float32), z
 
 
-def case_five(sweeps=300, num_chains=6, strategies=("data",)):
+def majority(draws):
+    """The per-step majority label of ``draws (S, T)``, each draw relabelled to the last one first
+    (:func:`numpyro_hdphmm.diagnostics.relabel`), so that a label switch cannot split a state."""
+    aligned = np.asarray(nh.diagnostics.relabel(draws, draws[-1])[0])
+    votes = np.zeros((draws.shape[-1], int(aligned.max()) + 1), np.int32)
+    np.add.at(votes, (np.broadcast_to(np.arange(draws.shape[-1]), aligned.shape), aligned), 1)
+    return votes.argmax(-1)
+
+
+def case_five(sweeps=300, num_chains=6, strategies=("data",), last=100):
     import bench_weak_limit
 
     y, truth = five_state_data()
@@ -123,7 +132,12 @@ def case_five(sweeps=300, num_chains=6, strategies=("data",)):
         z0, zs, sec = run_chains(kernel, (jnp.asarray(y),), num_chains, sweeps)
         ham = [float(nh.diagnostics.hamming_distance(zs[c, -1][None], truth)[0]) for c in range(num_chains)]
         ham0 = [float(nh.diagnostics.hamming_distance(z0[c][None], truth)[0]) for c in range(num_chains)]
+        path = [np.asarray(nh.diagnostics.hamming_distance(zs[c], truth)) for c in range(num_chains)]  # (sweeps,)
+        first_zero = [int(np.argmax(h == 0)) + 1 if np.any(h == 0) else None for h in path]
         out.append(dict(case="five", kernel="WeakLimitGibbs", strategy=strategy, hamming_init=ham0, hamming_end=ham,
+                        first_sweep_at_zero=first_zero, sweeps_at_zero=[int(np.sum(h == 0)) for h in path],
+                        hamming_point_estimate=[float(nh.diagnostics.hamming_distance(majority(zs[c, -last:]), truth))
+                                                for c in range(num_chains)],
                         seconds=round(sec, 1)))
         print(json.dumps(out[-1]), flush=True)
     return out

@@ -166,6 +166,21 @@ def test_small_concentration_samples_stay_finite():
     assert ll.shape == (50, 3) and np.all(np.isfinite(ll))
 
 
+def test_underflowed_draws_keep_a_finite_prior_density():
+    """Under concentrations far below 1 (the HCRP emission prior's ``s phi_w`` for words with no
+    table) most entries of a float32 draw underflow; they are raised to ``finfo.tiny`` so that
+    the draw's Dirichlet density (NumPyro's, which a kernel's ``lp`` reports) is finite: at an
+    exact 0 it is ``+inf`` (the check's negative control)."""
+    fam = Categorical(1487, 1e-30)
+    probs = fam.sample_parameters(jax.random.PRNGKey(0), (4,))["probs"]
+    prior = dist.Dirichlet(jnp.full((1487,), 1e-30, jnp.float32))
+    tiny = jnp.finfo(probs.dtype).tiny
+    assert np.all(np.asarray(probs) >= tiny) and np.any(np.asarray(probs) == tiny)
+    np.testing.assert_allclose(np.asarray(probs.sum(-1)), 1.0, rtol=1e-6)
+    assert np.all(np.isfinite(prior.log_prob(probs)))
+    assert np.all(np.isinf(prior.log_prob(jnp.where(probs == tiny, 0.0, probs))))
+
+
 def test_log_prior_and_log_likelihoods_match_scipy():
     rng = np.random.default_rng(7)
     K = 3

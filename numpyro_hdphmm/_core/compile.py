@@ -27,7 +27,7 @@ from typing import Callable, Dict, Optional
 
 import jax
 
-__all__ = ["ONE_OFF_COMPILER_OPTIONS", "at_top_level", "one_off_jit"]
+__all__ = ["ONE_OFF_COMPILER_OPTIONS", "at_top_level", "one_off_applies", "one_off_jit"]
 
 #: XLA options of one-off programs (CPU backend only): no LLVM optimization of the generated code
 #: (half the compile seconds), and the CPU backend's classic elemental emitters instead of its MLIR
@@ -49,6 +49,12 @@ def at_top_level(*args) -> bool:
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(args))
 
 
+def one_off_applies(*args) -> bool:
+    """Whether :func:`one_off_jit` called here with ``args`` would compile with its options: at
+    the top level (:func:`at_top_level`), on the CPU backend, and no option rejected before."""
+    return not _REJECTED and jax.default_backend() == "cpu" and at_top_level(*args)
+
+
 def one_off_jit(fun: Callable, compiler_options: Optional[Dict] = None, **jit_kwargs) -> Callable:
     """``jax.jit(fun, **jit_kwargs)`` compiled with ``compiler_options`` (default
     :data:`ONE_OFF_COMPILER_OPTIONS`) when called at the top level (:func:`at_top_level`, checked
@@ -60,7 +66,7 @@ def one_off_jit(fun: Callable, compiler_options: Optional[Dict] = None, **jit_kw
     fast = jax.jit(fun, compiler_options=options, **jit_kwargs)
 
     def call(*args, **kwargs):
-        if _REJECTED or jax.default_backend() != "cpu" or not at_top_level(args, kwargs):
+        if not one_off_applies(args, kwargs):
             return plain(*args, **kwargs)
         try:
             return fast(*args, **kwargs)

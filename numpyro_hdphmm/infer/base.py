@@ -62,7 +62,7 @@ from numpyro.primitives import Messenger
 from numpyro.util import is_prng_key
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm._core.compile import one_off_jit
+from numpyro_hdphmm._core.compile import one_off_applies, one_off_jit
 from numpyro_hdphmm._core.slots import count_used, occupied
 from numpyro_hdphmm._core.validation import host_warning, is_concrete
 from numpyro_hdphmm.infer.discovery import (
@@ -393,9 +393,10 @@ _COMPILE_LOG_JOINT_SIZE = 1_000_000
 _count_used_jit = jax.jit(count_used, static_argnums=1)
 
 #: data size (elements of the model's array arguments, times the vectorized chains) up to which the
-#: clustering of the data-driven start is compiled as a one-off program (no backend optimization):
-#: it compiles in 0.7 s instead of 3 s, and runs 5 times slower (CPU, Fox A: 0.1 s more at T = 1000,
-#: 1 s at 10^4, 10 s at 10^5; docs/benchmarks.md, "Compile time")
+#: clustering of the data-driven start is its own one-off program (no backend optimization; CPU,
+#: outside any trace): it compiles in 0.7 s instead of 3 s, and runs 5 times slower (Fox A: 0.1 s
+#: more at T = 1000, 1 s at 10^4, 10 s at 10^5; docs/benchmarks.md, "Compile time").  Above it, and
+#: elsewhere, the init program clusters, as before
 _ONE_OFF_CLUSTER_SIZE = 5_000
 
 #: tracing a model with its array arguments abstract fails with these when the model needs their
@@ -676,11 +677,11 @@ class HDPKernel(MCMCKernel):
         args = _Arguments.split(model_args, model_kwargs)
         if args.key is not None and self._constant_args != args.key:
             try:
-                states = None  # the clustering first, as its own program (_program)
-                if self._clusters(init_params):
-                    num_chains = int(np.shape(rng_key)[0]) if vectorized else 1
-                    one_off = num_chains * sum(int(np.size(a)) for a in args.arrays) <= _ONE_OFF_CLUSTER_SIZE
-                    states = self._program("cluster", args, one_off)(rng_key, init_params, args.arrays)
+                states = None  # else the init program clusters
+                num_chains = int(np.shape(rng_key)[0]) if vectorized else 1
+                if (self._clusters(init_params) and one_off_applies(rng_key, init_params, args.arrays)
+                        and num_chains * sum(int(np.size(a)) for a in args.arrays) <= _ONE_OFF_CLUSTER_SIZE):
+                    states = self._program("cluster", args)(rng_key, init_params, args.arrays)
                 return self._program("init", args)(rng_key, init_params, args.arrays, states)
             except _CONCRETE_ARGUMENT_ERRORS:  # the model needs the values of its arguments:
                 self._constant_args = args.key  # compile them in (uncached), here and in the sweeps
@@ -694,7 +695,7 @@ class HDPKernel(MCMCKernel):
         split over it (``spmd_axis_name``, :mod:`numpyro_hdphmm.infer.sharding`)."""
         return jax.vmap(fn, in_axes=in_axes, spmd_axis_name=self.algorithm.sharding.spmd_axis_name)
 
-    def _program(self, which: str, args: _Arguments, one_off: bool = False):
+    def _program(self, which: str, args: _Arguments):
         """The compiled ``cluster`` (``(rng_key, init_params, arrays) -> states (N, T) or None``,
         :meth:`_cluster_one`), ``init`` (``(rng_key, init_params, arrays, states) -> HDPState``)
         or ``sample`` (``(state, arrays) -> HDPState``) program for the current configuration
@@ -704,12 +705,14 @@ class HDPKernel(MCMCKernel):
         the same shape, ``jit_model_args``, ``post_warmup_state``) reuses them.  The data enter as
         arguments, never as constants of the program.
 
-        ``cluster`` runs once per ``MCMC.run`` and returns integer labels: with ``one_off`` (small
-        data, :data:`_ONE_OFF_CLUSTER_SIZE`) it is compiled without backend optimization
+        ``cluster`` runs once per ``MCMC.run`` and returns integer labels: :meth:`init` runs it
+        before ``init`` (which then takes its ``states``) on small data on the CPU
+        (:data:`_ONE_OFF_CLUSTER_SIZE`), compiled without backend optimization
         (:func:`~numpyro_hdphmm._core.compile.one_off_jit`: 0.7 s instead of 3 s on the README's
-        model, where it then runs in 0.1 s instead of 0.03 s); ``init`` and ``sample``, whose
-        floating-point results are the chain's, always with XLA's defaults."""
-        key = (which, self._config, args.key, one_off)
+        model, where it then runs in 0.1 s instead of 0.03 s); otherwise ``init`` clusters
+        (``states=None``), one program as before.  ``init`` and ``sample``, whose floating-point
+        results are the chain's, are always compiled with XLA's defaults."""
+        key = (which, self._config, args.key)
         program = self._programs.get(key)
         if program is None:
             num_warmup, vectorized = self._config[1:]
@@ -731,7 +734,7 @@ class HDPKernel(MCMCKernel):
             program.__name__ = f"{which}_program"  # the name in JAX's compile log (jax_log_compiles)
             if vectorized:
                 program = self._vmap_chains(program, in_axes=in_axes)
-            program = self._programs[key] = one_off_jit(program) if one_off else jax.jit(program)
+            program = self._programs[key] = one_off_jit(program) if which == "cluster" else jax.jit(program)
         return program
 
     def _sweep(self, state, model_args, model_kwargs):

@@ -113,11 +113,13 @@ def gaussian_model(y):
     nh.sample("y", hmm, obs=y)
 
 
-def test_one_off_clustering_gives_the_default_compilations_labels():
+def test_one_off_clustering_gives_the_default_compilations_labels(monkeypatch):
     """Issue 17: on small data the clustering of the data-driven start is its own program compiled
     without backend optimization (``_core.compile.one_off_jit``); its integer labels equal those of
     the default compilation, and the init program after it gives the state of the single program
-    that clusters inline (the path of models that need their arguments' values)."""
+    that clusters inline (above ``_ONE_OFF_CLUSTER_SIZE``, and for models that need their
+    arguments' values)."""
+    from numpyro_hdphmm.infer import base
     from numpyro_hdphmm.infer.base import _Arguments
 
     y = nh.datasets.fox_experiment_a(num_steps=300).observations
@@ -129,7 +131,10 @@ def test_one_off_clustering_gives_the_default_compilations_labels():
     for seed in range(3):
         key = jax.random.key(seed)
         np.testing.assert_array_equal(cluster.fast(key, None, args.arrays), cluster.plain(key, None, args.arrays))
-    inline = jax.jit(lambda key: kernel._init_one(key, 2, None, (y,), {}))(jax.random.key(3))
+    monkeypatch.setattr(base, "_ONE_OFF_CLUSTER_SIZE", 100)  # T = 300: the init program clusters
+    large = WeakLimitGibbs(gaussian_model)
+    inline = large.init(jax.random.key(3), 2, None, (y,), {})
+    assert [k[0] for k in large._programs] == ["init"]
     for a, b in zip(jax.tree_util.tree_leaves(state.z), jax.tree_util.tree_leaves(inline.z)):
         np.testing.assert_array_equal(a, b)
 

@@ -24,6 +24,8 @@ quiet machine the wall time of the compilation is close to its CPU time).
 fresh directory (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0``): the first process fills the
 cache, the second loads from it; its ``first`` is what a repeated script pays.
 
+Where the seconds go (tracing, lowering and compilation of each program): ``bench_compile_breakdown.py``.
+
 Usage:  python benchmarks/bench_compile.py [--cache] [--kernels NAME ...] [--write]
 """
 

@@ -62,6 +62,7 @@ from numpyro.primitives import Messenger
 from numpyro.util import is_prng_key
 
 from numpyro_hdphmm._core import crp
+from numpyro_hdphmm._core.compile import one_off_applies, one_off_jit
 from numpyro_hdphmm._core.slots import count_used, occupied
 from numpyro_hdphmm._core.validation import host_warning, is_concrete
 from numpyro_hdphmm.infer.discovery import (
@@ -387,6 +388,17 @@ def _check_capacity(capacity: int, kernel: str) -> None:
 #: data size (elements) above which the initial log joint is compiled rather than run eagerly
 _COMPILE_LOG_JOINT_SIZE = 1_000_000
 
+#: :func:`~numpyro_hdphmm._core.slots.count_used` as one program: NumPyro applies the kernel's
+#: ``postprocess_fn`` to the collected draws eagerly, where each operation would compile on its own
+_count_used_jit = jax.jit(count_used, static_argnums=1)
+
+#: data size (elements of the model's array arguments, times the vectorized chains) up to which the
+#: clustering of the data-driven start is its own one-off program (no backend optimization; CPU,
+#: outside any trace): it compiles in 0.7 s instead of 3 s, and runs 5 times slower (Fox A: 0.1 s
+#: more at T = 1000, 1 s at 10^4, 10 s at 10^5; docs/benchmarks.md, "Compile time").  Above it, and
+#: elsewhere, the init program clusters, as before
+_ONE_OFF_CLUSTER_SIZE = 5_000
+
 #: tracing a model with its array arguments abstract fails with these when the model needs their
 #: values (``int(y.max())``); the kernel then compiles with the arguments as constants, uncached
 _CONCRETE_ARGUMENT_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
@@ -539,7 +551,7 @@ class HDPKernel(MCMCKernel):
         def add_num_states(z):
             if spec is None or spec.sites.states not in z:
                 return z
-            return {**z, f"{spec.sites.name}_num_states": count_used(z[spec.sites.states], spec.capacity)}
+            return {**z, f"{spec.sites.name}_num_states": _count_used_jit(z[spec.sites.states], spec.capacity)}
 
         return add_num_states
 
@@ -665,7 +677,12 @@ class HDPKernel(MCMCKernel):
         args = _Arguments.split(model_args, model_kwargs)
         if args.key is not None and self._constant_args != args.key:
             try:
-                return self._program("init", args)(rng_key, init_params, args.arrays)
+                states = None  # else the init program clusters
+                num_chains = int(np.shape(rng_key)[0]) if vectorized else 1
+                if (self._clusters(init_params) and one_off_applies(rng_key, init_params, args.arrays)
+                        and num_chains * sum(int(np.size(a)) for a in args.arrays) <= _ONE_OFF_CLUSTER_SIZE):
+                    states = self._program("cluster", args)(rng_key, init_params, args.arrays)
+                return self._program("init", args)(rng_key, init_params, args.arrays, states)
             except _CONCRETE_ARGUMENT_ERRORS:  # the model needs the values of its arguments:
                 self._constant_args = args.key  # compile them in (uncached), here and in the sweeps
         init_one = lambda key, params: self._init_one(key, num_warmup, params, model_args, model_kwargs)
@@ -679,27 +696,45 @@ class HDPKernel(MCMCKernel):
         return jax.vmap(fn, in_axes=in_axes, spmd_axis_name=self.algorithm.sharding.spmd_axis_name)
 
     def _program(self, which: str, args: _Arguments):
-        """The compiled ``init`` (``(rng_key, init_params, arrays) -> HDPState``) or ``sample``
-        (``(state, arrays) -> HDPState``) program for the current configuration (spec,
-        ``num_warmup``, vectorized chains) and the arguments' structure, shapes, dtypes and
-        non-array values (:class:`_Arguments`), cached on the kernel: a second ``MCMC.run`` (new
-        key, new data of the same shape, ``jit_model_args``, ``post_warmup_state``) reuses them.
-        The data enter as arguments, never as constants of the program."""
+        """The compiled ``cluster`` (``(rng_key, init_params, arrays) -> states (N, T) or None``,
+        :meth:`_cluster_one`), ``init`` (``(rng_key, init_params, arrays, states) -> HDPState``)
+        or ``sample`` (``(state, arrays) -> HDPState``) program for the current configuration
+        (spec, ``num_warmup``, vectorized chains: a leading chain axis on every input and output
+        but ``arrays``) and the arguments' structure, shapes, dtypes and non-array values
+        (:class:`_Arguments`), cached on the kernel: a second ``MCMC.run`` (new key, new data of
+        the same shape, ``jit_model_args``, ``post_warmup_state``) reuses them.  The data enter as
+        arguments, never as constants of the program.
+
+        ``cluster`` runs once per ``MCMC.run`` and returns integer labels: :meth:`init` runs it
+        before ``init`` (which then takes its ``states``) on small data on the CPU
+        (:data:`_ONE_OFF_CLUSTER_SIZE`), compiled without backend optimization
+        (:func:`~numpyro_hdphmm._core.compile.one_off_jit`: 0.7 s instead of 3 s on the README's
+        model, where it then runs in 0.1 s instead of 0.03 s); otherwise ``init`` clusters
+        (``states=None``), one program as before.  ``init`` and ``sample``, whose floating-point
+        results are the chain's, are always compiled with XLA's defaults."""
         key = (which, self._config, args.key)
         program = self._programs.get(key)
         if program is None:
             num_warmup, vectorized = self._config[1:]
-            if which == "init":
+            if which == "cluster":
                 def program(rng_key, init_params, arrays):
                     model_args, model_kwargs = args.join(arrays)
-                    return self._init_one(rng_key, num_warmup, init_params, model_args, model_kwargs)
+                    return self._cluster_one(rng_key, init_params, model_args, model_kwargs)
+                in_axes = (0, 0, None)
+            elif which == "init":
+                def program(rng_key, init_params, arrays, states):
+                    model_args, model_kwargs = args.join(arrays)
+                    return self._init_one(rng_key, num_warmup, init_params, model_args, model_kwargs, states)
+                in_axes = (0, 0, None, 0)
             else:
                 def program(state, arrays):
                     model_args, model_kwargs = args.join(arrays)
                     return self._sample_one(state, model_args, model_kwargs)
+                in_axes = (0, None)
+            program.__name__ = f"{which}_program"  # the name in JAX's compile log (jax_log_compiles)
             if vectorized:
-                program = self._vmap_chains(program, in_axes=(0, 0, None) if which == "init" else (0, None))
-            program = self._programs[key] = jax.jit(program)
+                program = self._vmap_chains(program, in_axes=in_axes)
+            program = self._programs[key] = one_off_jit(program) if which == "cluster" else jax.jit(program)
         return program
 
     def _sweep(self, state, model_args, model_kwargs):
@@ -720,10 +755,25 @@ class HDPKernel(MCMCKernel):
         host_warning(_warn_nonfinite, _nonfinite_sites(state.z, state.lp), names, name)
         return state
 
-    def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+    def _clusters(self, init_params) -> bool:
+        """Whether the start clusters the data: the data-driven start (or a NumPyro strategy) and
+        the states neither in ``init_params`` nor named by ``init_to_value``."""
+        strategy, states = self._init_strategy, self._spec.sites.states
+        given = set(init_params or {}) | (set(initialization.given_values(strategy)) if callable(strategy) else set())
+        return strategy != initialization.PRIOR and states not in given
+
+    def _cluster_one(self, rng_key, init_params, model_args, model_kwargs):
+        """The data-driven starting states ``(N, T)`` int32 of one chain (what :meth:`_init_one`
+        with the same key computes), or ``None`` where the start clusters nothing (``"prior"``,
+        the states given)."""
+        return self._prior_start(random.split(rng_key, 4)[0], init_params, model_args, model_kwargs)[3]
+
+    def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs, states=None):
+        """The :class:`HDPState` of one chain; ``states``: the clustered starting states
+        (:meth:`_cluster_one` of the same key), computed here when ``None``."""
         spec = self._spec
         key_trace, key_algorithm, key_inner, key_state = random.split(rng_key, 4)
-        z, view, start = self._start(key_trace, init_params, model_args, model_kwargs)
+        z, view, start = self._start(key_trace, init_params, model_args, model_kwargs, states)
         algorithm_state = self.algorithm.init(key_algorithm, spec, view, start)
         z = self._with_explicit(z, self.algorithm.explicit(key_algorithm, algorithm_state, spec, view))
         inner_state = None
@@ -738,10 +788,12 @@ class HDPKernel(MCMCKernel):
         return self._state(z, model_args, model_kwargs, algorithm_state, info, jnp.ones((), jnp.result_type(float)),
                            jnp.zeros((), bool), inner_state, key_state)
 
-    def _start(self, rng_key, init_params, model_args, model_kwargs):
-        """``(z, view, start)``: every latent site's starting value, the model's view there and the
-        :class:`Explicit` starting values of the HDP-HMM's sites, by the kernel's ``init_strategy``
-        (:mod:`numpyro_hdphmm.infer.initialization`; ``init_params`` override it)."""
+    def _prior_start(self, rng_key, init_params, model_args, model_kwargs, cluster: bool = True):
+        """``(z, view, start, states, given, k_given)`` before the data-driven start: every latent
+        site's prior draw (the strategy's and the given values substituted), the model's view
+        there, the :class:`Explicit` values of ``z``, the clustered states ``(N, T)`` (``None``
+        where the start clusters nothing, or with ``cluster=False``), the given values
+        ``{site: value}`` and the key of the draws given the states."""
         spec = self._spec
         sites = spec.sites
         strategy = self._init_strategy
@@ -763,16 +815,29 @@ class HDPKernel(MCMCKernel):
                 raise ValueError(f"`init_params['{sites.states}']` must hold states in [0, max_states={spec.capacity}).")
         view = self._view(model_args, model_kwargs, z)
         start = self._explicit_of(z)
-        if strategy == initialization.PRIOR:
+        states = None
+        if cluster and strategy != initialization.PRIOR and sites.states not in given:
+            options = strategy if isinstance(strategy, initialization.DataInit) else initialization.DataInit()
+            states = initialization.cluster_states(k_cluster, view, start.params, spec.capacity, options)
+        return z, view, start, states, given, k_given
+
+    def _start(self, rng_key, init_params, model_args, model_kwargs, states=None):
+        """``(z, view, start)``: every latent site's starting value, the model's view there and the
+        :class:`Explicit` starting values of the HDP-HMM's sites, by the kernel's ``init_strategy``
+        (:mod:`numpyro_hdphmm.infer.initialization`; ``init_params`` override it).  ``states``:
+        the clustered starting states when computed beforehand (:meth:`_cluster_one`)."""
+        sites = self._spec.sites
+        z, view, start, clustered, given, k_given = self._prior_start(rng_key, init_params, model_args, model_kwargs,
+                                                                      cluster=states is None)
+        if self._init_strategy == initialization.PRIOR:
             return z, view, start
-        options = strategy if isinstance(strategy, initialization.DataInit) else initialization.DataInit()
-        if sites.states not in given:
-            start = start._replace(states=initialization.cluster_states(k_cluster, view, start.params, spec.capacity,
-                                                                        options))
-        start = initialization.states_given(k_given, spec, view, start,
+        states = clustered if states is None else states
+        if states is not None:
+            start = start._replace(states=states)
+        start = initialization.states_given(k_given, self._spec, view, start,
                                             given_params=all(s in given for s in sites.param_sites),
                                             given_beta=sites.beta in given, given_trans=sites.trans in given,
-                                            given_base=spec.hyper.emission_base in given)
+                                            given_base=self._spec.hyper.emission_base in given)
         return self._with_explicit(z, start), view, start
 
     def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key):

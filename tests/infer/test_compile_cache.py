@@ -92,7 +92,62 @@ def test_model_needing_argument_values_falls_back_to_constants():
 
     kernel = WeakLimitGibbs(value_model)
     counts = _counting(kernel)
+    cluster_one = kernel._cluster_one
+    counts["cluster"] = 0
+
+    def counted_cluster(*args, **kwargs):
+        counts["cluster"] += 1
+        return cluster_one(*args, **kwargs)
+
+    kernel._cluster_one = counted_cluster
     mcmc = MCMC(kernel, num_warmup=1, num_samples=2, progress_bar=False)
     mcmc.run(jax.random.key(0), _data(0, 10))
     assert mcmc.get_samples()["y_states"].shape == (2, 10)
-    assert counts["init"] == 2  # the abstract attempt, then the program with the data as constants
+    # the abstract attempt fails in the clustering program (the first of the cached init's two),
+    # then one program with the data as constants clusters and initializes
+    assert counts["cluster"] == 1 and counts["init"] == 1
+
+
+def gaussian_model(y):
+    hmm = nh.StickyHDPHMM(2.0, 2.0, 5.0, nh.emissions.GaussianNIW.weakly_informative(y), max_states=10)
+    nh.sample("y", hmm, obs=y)
+
+
+def test_one_off_clustering_gives_the_default_compilations_labels(monkeypatch):
+    """Issue 17: on small data the clustering of the data-driven start is its own program compiled
+    without backend optimization (``_core.compile.one_off_jit``); its integer labels equal those of
+    the default compilation, and the init program after it gives the state of the single program
+    that clusters inline (above ``_ONE_OFF_CLUSTER_SIZE``, and for models that need their
+    arguments' values)."""
+    from numpyro_hdphmm.infer import base
+    from numpyro_hdphmm.infer.base import _Arguments
+
+    y = nh.datasets.fox_experiment_a(num_steps=300).observations
+    kernel = WeakLimitGibbs(gaussian_model)
+    state = kernel.init(jax.random.key(3), 2, None, (y,), {})
+    args = _Arguments.split((y,), {})
+    (cluster,) = [p for k, p in kernel._programs.items() if k[0] == "cluster"]
+    assert hasattr(cluster, "fast")  # small data: the one-off variant
+    for seed in range(3):
+        key = jax.random.key(seed)
+        np.testing.assert_array_equal(cluster.fast(key, None, args.arrays), cluster.plain(key, None, args.arrays))
+    monkeypatch.setattr(base, "_ONE_OFF_CLUSTER_SIZE", 100)  # T = 300: the init program clusters
+    large = WeakLimitGibbs(gaussian_model)
+    inline = large.init(jax.random.key(3), 2, None, (y,), {})
+    assert [k[0] for k in large._programs] == ["init"]
+    for a, b in zip(jax.tree_util.tree_leaves(state.z), jax.tree_util.tree_leaves(inline.z)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_one_off_jit_inside_a_trace_is_inlined():
+    """``compiler_options`` apply to top-level ``jax.jit`` only: inside a trace ``one_off_jit`` calls
+    the plain jitted function (no error), at the top level the one-off compilation."""
+    import jax.numpy as jnp
+
+    from numpyro_hdphmm._core.compile import at_top_level, one_off_jit
+
+    f = one_off_jit(lambda x: jnp.sum(x**2))
+    x = jnp.arange(4.0)
+    assert at_top_level(x) and float(f(x)) == 14.0
+    assert float(jax.jit(lambda x: f(x) + 1.0)(x)) == 15.0
+    assert float(jax.vmap(f)(x[:, None]).sum()) == 14.0

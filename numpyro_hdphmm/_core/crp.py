@@ -498,8 +498,7 @@ def sample_shared_base(rng_key, counts, concentration, prior, max_total: int, sc
     conc = jnp.broadcast_to(jnp.asarray(concentration), (num_states, num_symbols))
     dtype = conc.dtype
     m = sample_crp_tables(k_tables, counts.reshape(-1), conc.reshape(-1), max_total).reshape(num_states, num_symbols)
-    phi = draws.dirichlet(k_base, jnp.asarray(prior, dtype) + jnp.sum(m, 0).astype(dtype))
-    phi = jnp.maximum(phi, jnp.finfo(dtype).tiny)
+    phi = draws.dirichlet(k_base, jnp.asarray(prior, dtype) + jnp.sum(m, 0).astype(dtype), interior=True)
     scale = jnp.sum(conc[0])
     if scale_prior is not None:
         sum_log_r = _sum_log_beta_aux(k_aux, scale, jnp.sum(counts, -1), dtype)

@@ -17,6 +17,8 @@ All functions are pure, jittable and vmappable.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,8 +124,8 @@ def beta(rng_key, a, b):
     return jnp.exp(log_g[0] - jnp.logaddexp(log_g[0], log_g[1]))
 
 
-@jax.jit
-def dirichlet(rng_key, concentration):
+@functools.partial(jax.jit, static_argnames="interior")
+def dirichlet(rng_key, concentration, interior: bool = False):
     """Dirichlet draws along the last axis from :func:`log_gamma`.
 
     An entry with concentration exactly 0 is a point mass at 0 (e.g. a slot holding no state);
@@ -131,12 +133,17 @@ def dirichlet(rng_key, concentration):
     after exponentiation (``w / sum(w)``, ``w = exp(log_g - max log_g)``), so that they sum to one
     to rounding (``exp(log_g - logsumexp(log_g))`` is off by up to ~2e-6 in float32, outside
     NumPyro's simplex tolerance of 1e-6 when validation is enabled).
+
+    ``interior=True`` (every concentration positive): entries that underflowed are raised to
+    ``finfo.tiny``, so that the draw lies inside the simplex, where the Dirichlet density is
+    finite (at an exact 0 under a concentration below 1 it is ``+inf``).
     """
     concentration = jnp.asarray(concentration)
     positive = concentration > 0
     log_g = jnp.where(positive, log_gamma(rng_key, jnp.where(positive, concentration, 1.0)), -jnp.inf)
     w = jnp.exp(log_g - jnp.max(log_g, -1, keepdims=True))
-    return w / jnp.sum(w, -1, keepdims=True)
+    w = w / jnp.sum(w, -1, keepdims=True)
+    return jnp.maximum(w, jnp.finfo(w.dtype).tiny) if interior else w
 
 
 def log_stick_remainder(rng_key, concentration, shape=()):

@@ -182,12 +182,14 @@ class Categorical(EmissionFamily):
         :func:`numpyro_hdphmm._core.random.dirichlet` normalizes log-Gamma draws, so small
         concentrations do not produce NaN; an entry that underflows (a concentration far below 1,
         e.g. the HCRP emission prior's ``s phi_w`` for a word with no table) is raised to
-        ``finfo.tiny``, its value to the dtype's resolution, so that the Dirichlet density of the
-        draw (the reported ``lp``) stays finite instead of ``+inf`` at an exact 0.
+        ``finfo.tiny`` (``interior=True``), its value to the dtype's resolution, so that the
+        Dirichlet density of the draw (the reported ``lp``) stays finite instead of ``+inf`` at an
+        exact 0.
         """
         shape = tuple(sample_shape) + self.batch_shape
-        probs = dirichlet(rng_key, jnp.broadcast_to(self.concentration, shape + self.concentration.shape[-1:]))
-        return {"probs": jnp.maximum(probs, jnp.finfo(probs.dtype).tiny)}
+        probs = dirichlet(rng_key, jnp.broadcast_to(self.concentration, shape + self.concentration.shape[-1:]),
+                          interior=True)
+        return {"probs": probs}
 
     def log_prior(self, params) -> jax.Array:
         """``log Dirichlet(probs | concentration)``: ``(K,)``."""

@@ -406,7 +406,8 @@ class PredictiveLogLikelihood(NamedTuple):
 
 
 def predictive_log_likelihood(samples, emission, y_heldout, name: str = "y", lengths=None,
-                              renormalize: bool = False, batch_size: Optional[int] = None
+                              renormalize: bool = False, batch_size: Optional[int] = None,
+                              method: str = "forward", num_particles: int = 100, rng_key=None
                               ) -> PredictiveLogLikelihood:
     r"""Held-out predictive log-likelihood from posterior draws of an HDP-HMM.
 
@@ -444,6 +445,12 @@ def predictive_log_likelihood(samples, emission, y_heldout, name: str = "y", len
         lengths: optional ``(N,)`` int sequence lengths.
         renormalize: see above.
         batch_size: draws processed together (``jax.lax.map``); default one at a time.
+        method: ``"forward"`` (exact, the default) or ``"particle"``: ``l_s`` estimated by a
+            particle filter of ``num_particles`` particles per draw and sequence, the evaluation
+            of the restricted-collapsed-draw paper (eqs. 38-39 with 100 particles; see
+            :func:`numpyro_hdphmm.marginal_log_likelihood`).  ``exp(l_s)`` is then unbiased, so
+            the estimate of ``p(y_heldout | y_train)`` stays unbiased, with more variance.
+        num_particles, rng_key: the particle filter's size and PRNG key (``method="particle"``).
 
     Returns:
         :class:`PredictiveLogLikelihood`.  ``perplexity = exp(-log_likelihood / n)`` with ``n``
@@ -454,7 +461,8 @@ def predictive_log_likelihood(samples, emission, y_heldout, name: str = "y", len
         raise ValueError(f"`emission` must be an EmissionFamily, got {type(emission).__name__}.")
     as_sequences(emission, y_heldout, lengths, "y_heldout")  # errors name `y_heldout`
     res = marginal_log_likelihood(emission, samples, y_heldout, lengths=lengths, name=name,
-                                  renormalize=renormalize, batch_size=batch_size)
+                                  renormalize=renormalize, batch_size=batch_size, method=method,
+                                  num_particles=num_particles, rng_key=rng_key)
     num_draws = int(np.prod(np.shape(samples[f"{name}_trans"])[:-2]))
     per_sequence = jnp.reshape(res.total, (num_draws, -1))
     num_observed = int(np.sum(np.asarray(res.observed)))

@@ -69,6 +69,8 @@ from jax.scipy.special import logsumexp
 from numpyro import handlers
 
 from numpyro_hdphmm._core.hmm import hmm_filter, hmm_smoother, hmm_viterbi
+from numpyro_hdphmm._core.random import uniform_open
+from numpyro_hdphmm._core.smc import adapted_filter
 from numpyro_hdphmm._core.validation import check_static_int, is_concrete
 from numpyro_hdphmm.distributions import EmissionLikelihood
 from numpyro_hdphmm.emissions.base import EmissionFamily
@@ -321,6 +323,16 @@ def _marginal_kind(li, la, ll, valid, lengths):
     return _one_step_terms(filt.log_normalizers, valid), filt.marginal_loglik, valid
 
 
+def _particle_kind(key, li, la, ll, valid, lengths, num_particles):
+    """``_marginal_kind`` with the forward filter's normalizers replaced by the fully adapted
+    particle filter's estimates (:func:`numpyro_hdphmm._core.smc.adapted_filter`), one filter of
+    ``num_particles`` particles per sequence."""
+    n, t = valid.shape
+    u = uniform_open(key, (n, t, num_particles + 1), ll.dtype)
+    log_l = jax.vmap(adapted_filter, in_axes=(0, None, None, 0, 0, 0))(u, li, la, ll, valid, lengths)
+    return _one_step_terms(log_l, valid), jnp.sum(log_l, axis=-1), valid
+
+
 _KINDS = {"viterbi": _viterbi_kind, "smooth": _smooth_kind, "marginal": _marginal_kind}
 
 
@@ -338,19 +350,23 @@ def _draw_inputs(y, lengths):
     return inputs
 
 
-@partial(jax.jit, static_argnames=("kind", "renormalize", "emission_batched", "batch_size"))
-def _map_draws(kind, trans, params, emission, y, lengths, renormalize, emission_batched, batch_size):
-    """``kind`` (viterbi / smooth / marginal) at every draw, ``lax.map`` over draws."""
+@partial(jax.jit, static_argnames=("kind", "renormalize", "emission_batched", "batch_size", "num_particles"))
+def _map_draws(kind, trans, params, emission, y, lengths, renormalize, emission_batched, batch_size,
+               keys=None, num_particles=0):
+    """``kind`` (viterbi / smooth / marginal / particle) at every draw, ``lax.map`` over draws;
+    ``keys (S, ...)``: one PRNG key per draw, for the particle filter only."""
     log_init, log_trans = log_hmm_parameters(trans, renormalize)
     inputs = _draw_inputs(y, lengths)
 
     def one(args):
-        li, la, pr, fam = args
+        li, la, pr, fam, key = args
         ll, valid = inputs(pr, fam if emission_batched else emission)
+        if kind == "particle":
+            return _particle_kind(key, li, la, ll, valid, lengths, num_particles)
         return _KINDS[kind](li, la, ll, valid, lengths)
 
     fams = emission if emission_batched else None
-    return lax.map(one, (log_init, log_trans, params, fams), batch_size=batch_size)
+    return lax.map(one, (log_init, log_trans, params, fams, keys), batch_size=batch_size)
 
 
 @partial(jax.jit, static_argnames=("renormalize", "emission_batched"))
@@ -519,8 +535,9 @@ def posterior_state_marginals(model, samples, y=None, *, lengths=None, name: str
 
 def marginal_log_likelihood(model, samples, y=None, *, lengths=None, name: str = "y",
                             model_args: tuple = (), model_kwargs: Optional[dict] = None,
-                            renormalize: bool = False,
-                            batch_size: Optional[int] = None) -> MarginalLogLikelihood:
+                            renormalize: bool = False, batch_size: Optional[int] = None,
+                            method: str = "forward", num_particles: int = 100,
+                            rng_key=None) -> MarginalLogLikelihood:
     r"""Pointwise log-likelihood with the states summed out: ``log p(y_t | y_{<t}, theta^(s))``.
 
     The forward filter's per-step normalizers (Rabiner 1989 eq. 103,
@@ -539,15 +556,39 @@ def marginal_log_likelihood(model, samples, y=None, *, lengths=None, name: str =
     each is a one-step-ahead predictive, so LOO on them is leave-future-out in spirit (see
     :func:`numpyro_hdphmm.to_inference_data` with ``log_likelihood="marginal"``).
 
-    Arguments as in :func:`viterbi`.
+    ``method="particle"`` replaces the exact normalizers by the estimates of a particle filter
+    with ``num_particles`` particles per draw and sequence (the fully adapted filter,
+    :func:`numpyro_hdphmm._core.smc.adapted_filter`): ``exp(total)`` is then an unbiased
+    estimate of ``p(y | theta^(s))``, and ``total`` a noisy, on average lower, value of its
+    log.  It is the evaluation of the restricted-collapsed-draw paper (arXiv:1106.0474, eqs. 38-39,
+    100 particles);
+    the exact forward algorithm is cheaper and has no Monte Carlo error, so it is the default.
+
+    Arguments as in :func:`viterbi`, and:
+
+    Args:
+        method: ``"forward"`` (exact) or ``"particle"``.
+        num_particles: particles per filter (``method="particle"``).
+        rng_key: PRNG key of the particle filters (required with ``method="particle"``).
 
     Returns:
         :class:`MarginalLogLikelihood` ``(pointwise (*draws, *B, T), observed (*B, T),
         total (*draws, *B))``.
     """
+    if method not in ("forward", "particle"):
+        raise ValueError(f"`method` must be 'forward' or 'particle', got {method!r}.")
+    keys = None
+    if method == "particle":
+        num_particles = check_static_int("num_particles", num_particles)
+        if rng_key is None:
+            raise ValueError("`rng_key` is required with method='particle' (a jax.random key).")
     draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
-    pointwise, total, observed = _map_draws("marginal", draws.trans, draws.params, draws.emission, y3, lengths,
-                                            renormalize, draws.emission_batched, _check_batch_size(batch_size))
+    if method == "particle":
+        keys = jax.random.split(rng_key, int(np.prod(draws.draw_shape, dtype=int)))
+    kind = "marginal" if method == "forward" else "particle"
+    pointwise, total, observed = _map_draws(kind, draws.trans, draws.params, draws.emission, y3, lengths,
+                                            renormalize, draws.emission_batched, _check_batch_size(batch_size),
+                                            keys, num_particles if method == "particle" else 0)
     pointwise, total = _shape_out((pointwise, total), draws, several)
     observed = observed[0] if several else observed[0, 0]
     return MarginalLogLikelihood(pointwise, observed, total)

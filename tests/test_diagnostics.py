@@ -387,3 +387,33 @@ def test_package_works_without_scikit_learn():
         "    raise SystemExit('no ImportError')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_predictive_particle_filter():
+    """``method="particle"``: the paper's particle-filter evaluation.  With many particles it is
+    the forward algorithm's value (missing steps, padding and draw axes included); with few, its
+    ``exp`` is unbiased (tested in ``tests/core/test_smc.py``) and its log lower on average."""
+    rng = np.random.default_rng(7)
+    samples = gaussian_draws(rng, S=4)
+    Y = np.full((2, 4, 1), np.nan)
+    Y[0, :, 0], Y[1, :3, 0] = rng.normal(size=4), rng.normal(size=3)
+    Y[0, 2, 0] = np.nan
+    grouped = {k: v.reshape((2, 2) + v.shape[1:]) for k, v in samples.items()}
+    exact = G.predictive_log_likelihood(grouped, EMISSION, Y, lengths=np.array([4, 3]))
+    many = G.predictive_log_likelihood(grouped, EMISSION, Y, lengths=np.array([4, 3]), method="particle",
+                                       num_particles=20000, rng_key=jax.random.PRNGKey(0))
+    np.testing.assert_allclose(many.per_sequence, exact.per_sequence, atol=0.03)
+    assert many.num_observed == exact.num_observed == 6
+    few = [G.predictive_log_likelihood(samples, EMISSION, Y, lengths=np.array([4, 3]), method="particle",
+                                       num_particles=2, rng_key=jax.random.PRNGKey(k)).per_draw for k in range(3)]
+    assert not np.allclose(few[0], few[1])  # the key matters
+    again = G.predictive_log_likelihood(samples, EMISSION, Y, lengths=np.array([4, 3]), method="particle",
+                                        num_particles=2, rng_key=jax.random.PRNGKey(0)).per_draw
+    np.testing.assert_array_equal(again, few[0])
+    with pytest.raises(ValueError, match="method"):
+        G.predictive_log_likelihood(samples, EMISSION, Y, lengths=np.array([4, 3]), method="pf")
+    with pytest.raises(ValueError, match="rng_key"):
+        G.predictive_log_likelihood(samples, EMISSION, Y, lengths=np.array([4, 3]), method="particle")
+    with pytest.raises(ValueError, match="num_particles"):
+        G.predictive_log_likelihood(samples, EMISSION, Y, lengths=np.array([4, 3]), method="particle",
+                                    num_particles=0, rng_key=jax.random.PRNGKey(0))

@@ -26,7 +26,10 @@ resampled and propagated as in an ordinary particle filter.
     ``1 / sum_i W_i^2`` (Kong, Liu & Wong 1994), between 1 and ``N``;
 ``search_rows(cdf, rows, values)``
     inverse-CDF lookups in precomputed cumulative rows, ``O(log S)`` per lookup (no row is
-    copied), for proposals that must not cost ``O(S)`` per particle.
+    copied), for proposals that must not cost ``O(S)`` per particle;
+``adapted_filter(u, log_init, log_trans, log_likelihoods, mask, length)``
+    the fully adapted particle filter of a finite-state HMM (Pitt & Shephard 1999): per-step
+    estimates of ``p(y_t | y_{<t})`` whose product is an unbiased estimate of ``p(y)``.
 
 Every draw takes its uniforms on ``(0, 1]`` (:func:`numpyro_hdphmm._core.random.uniform_open`) from
 the caller, so a caller can replay the same randomness.  Every function is pure, jittable and
@@ -37,8 +40,10 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.scipy.special import logsumexp
 
 __all__ = [
     "normalize_log_weights",
@@ -50,6 +55,7 @@ __all__ = [
     "select_particle",
     "trace_lineage",
     "search_rows",
+    "adapted_filter",
 ]
 
 
@@ -158,3 +164,65 @@ def search_rows(cdf, rows, values):
         lo = jnp.where(go_right, mid + 1, lo)
         hi = jnp.where(go_right | (mid >= hi), hi, mid)
     return lo
+
+
+def _draw_rows(log_rows, u):
+    """One index per row of ``log_rows (P, K)`` (unnormalized log probabilities), by inversion
+    with the uniforms ``u (P,)`` on ``(0, 1]``; a row of ``-inf`` draws uniformly."""
+    log_norm, _ = jax.vmap(normalize_log_weights)(log_rows)
+    cdf = jnp.cumsum(jnp.exp(log_norm), axis=-1)
+    rows = jnp.arange(log_rows.shape[0])
+    return jnp.minimum(search_rows(cdf, rows, u * cdf[:, -1]), log_rows.shape[1] - 1)
+
+
+def adapted_filter(u, log_init, log_trans, log_likelihoods, mask, length):
+    r"""The fully adapted particle filter of a finite-state HMM (Pitt & Shephard 1999,
+    "Filtering via simulation: auxiliary particle filters", JASA 94; the look-ahead form of
+    Johansen & Doucet 2008): per-step likelihood estimates.
+
+    With ``P`` equally weighted particles ``z^p_{t-1}``, step ``t`` weighs each by its predictive
+    ``w^p_t = p(y_t | z^p_{t-1}) = sum_k A(z^p_{t-1}, k) e_t(k)``, estimates
+
+    ``l_t = (1/P) sum_p w^p_t  ~  p(y_t | y_{<t})``,
+
+    resamples ancestors ``a^p`` in proportion to ``w`` (systematic) and moves each particle to
+    ``z^p_t ~ p(z_t | z^{a^p}_{t-1}, y_t) ∝ A(z^{a^p}_{t-1}, z_t) e_t(z_t)``, so the particles are
+    again equally weighted.  Step 0 is exact: ``l_0 = sum_k pi0(k) e_0(k)``, ``z^p_0 ~ p(z_0 | y_0)``.
+    ``prod_t l_t`` is an unbiased estimate of ``p(y)`` (the unbiasedness of SMC's normalizing
+    constant under any unbiased resampling, Del Moral 2004, "Feynman-Kac formulae"), and the
+    ``l_t`` are the per-word likelihoods ``l(y_i | s_z)`` of the RCD paper's eqs. 38-39.  The
+    forward algorithm (``hmm_filter``) computes ``p(y_t | y_{<t})`` exactly.
+
+    Args:
+        u: ``(T, P + 1)`` uniforms on ``(0, 1]``: column 0 the step's systematic resampling,
+            columns ``1..P`` the particles' moves.
+        log_init: ``(K,)`` ``log pi0``.
+        log_trans: ``(K, K)`` ``log A`` (rows need not be normalized: a row's missing mass is the
+            probability of leaving the represented states, dropped as in ``hmm_filter``).
+        log_likelihoods: ``(T, K)`` ``log e_t(k)``.
+        mask: ``(T,)`` bool, False = missing observation (its emission is dropped).
+        length: int scalar (may be traced); steps ``t >= length`` are padding (``l_t = 1``).
+
+    Returns:
+        ``(T,)`` ``log l_t`` (0 at padding).
+    """
+    num = u.shape[1] - 1
+    log_trans = jnp.asarray(log_trans)
+    log_e = jnp.where(jnp.asarray(mask)[:, None], log_likelihoods, 0.0)
+    first = log_init + log_e[0]
+    z0 = _draw_rows(jnp.broadcast_to(first, (num,) + first.shape), u[0, 1:])
+    l0 = jnp.where(length > 0, logsumexp(first), 0.0)
+
+    def step(z, inputs):
+        t, u_t, e_t = inputs
+        log_a = log_trans[z] + e_t  # (P, K)
+        log_w = logsumexp(log_a, axis=-1)
+        log_l = logsumexp(log_w) - math.log(num)
+        ancestors = systematic_ancestors(u_t[0], log_w, num)
+        z_new = _draw_rows(log_a[ancestors], u_t[1:])
+        inside = t < length
+        return jnp.where(inside, z_new, z), jnp.where(inside, log_l, 0.0)
+
+    steps = jnp.arange(1, log_e.shape[0])
+    _, rest = lax.scan(step, z0, (steps, u[1:], log_e[1:]))
+    return jnp.concatenate([l0[None], rest])

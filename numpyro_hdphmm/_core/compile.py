@@ -2,18 +2,22 @@ r"""Compiling one-off programs with less backend optimization.
 
 XLA spends most of a program's CPU compile time in LLVM's optimization and code generation.  A
 program that runs once per ``MCMC.run`` on small data (the prior draw that model discovery
-traces, the clustering of the data-driven start) runs for milliseconds, so compiling it with
-:data:`ONE_OFF_COMPILER_OPTIONS` (``xla_backend_optimization_level=0`` and the CPU backend's
-classic emitters instead of its MLIR fusion emitters) saves more than it costs: on the README's
-model the discovery draw compiles in 1.1 s instead of 4 s and the clustering in 0.7 s instead of
-3 s.  The generated code is about 5 times slower (the clustering at T = 10^5: 13 s instead of
+traces, the clustering of the data-driven start, the kernel's init program) runs for
+milliseconds, so compiling it with :data:`ONE_OFF_COMPILER_OPTIONS`
+(``xla_backend_optimization_level=0`` and the CPU backend's classic emitters instead of its MLIR
+fusion emitters) saves more than it costs: on the README's model the discovery draw compiles in
+1.1 s instead of 4 s, the clustering in 0.7 s instead of 3 s and the init program in 2 s instead
+of 6 s.  The generated code is about 5 times slower (the clustering at T = 10^5: 13 s instead of
 2.5 s), so the sweep, which runs thousands of times, always keeps XLA's defaults, and the
-clustering uses the options on small data only (``numpyro_hdphmm.infer.base``).
+clustering and the init program use the options on small data only
+(``numpyro_hdphmm.infer.base``).
 
-The options change floating-point results in the last bits (LLVM's contractions and its
-transcendental functions differ), so they are used only where that cannot reach the draws: the
-discovery draw's values only decide the model's structure, and the clustering's outputs are
-integer labels (bit-identical samples checked in ``docs/benchmarks.md``, "Compile time").
+The options can change floating-point results in the last bits (LLVM's contractions and its
+transcendental functions differ).  The discovery draw's values only decide the model's
+structure and the clustering's outputs are integer labels; the init program's floats (the
+chain's first draw of the parameters) are a random draw whose last bits may differ from a
+default compilation's: each configuration is still deterministic, and the README model's samples
+are bit-identical either way (``docs/benchmarks.md``, "Compile time").
 
 ``compiler_options`` apply to top-level ``jax.jit`` only: :func:`one_off_jit` uses them when it is
 called outside any trace with concrete arguments on the CPU backend (the only one measured), and

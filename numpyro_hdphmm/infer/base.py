@@ -679,10 +679,11 @@ class HDPKernel(MCMCKernel):
             try:
                 states = None  # else the init program clusters
                 num_chains = int(np.shape(rng_key)[0]) if vectorized else 1
-                if (self._clusters(init_params) and one_off_applies(rng_key, init_params, args.arrays)
-                        and num_chains * sum(int(np.size(a)) for a in args.arrays) <= _ONE_OFF_CLUSTER_SIZE):
+                one_off = (one_off_applies(rng_key, init_params, args.arrays)
+                           and num_chains * sum(int(np.size(a)) for a in args.arrays) <= _ONE_OFF_CLUSTER_SIZE)
+                if one_off and self._clusters(init_params):
                     states = self._program("cluster", args)(rng_key, init_params, args.arrays)
-                return self._program("init", args)(rng_key, init_params, args.arrays, states)
+                return self._program("init", args, one_off)(rng_key, init_params, args.arrays, states)
             except _CONCRETE_ARGUMENT_ERRORS:  # the model needs the values of its arguments:
                 self._constant_args = args.key  # compile them in (uncached), here and in the sweeps
         init_one = lambda key, params: self._init_one(key, num_warmup, params, model_args, model_kwargs)
@@ -695,7 +696,7 @@ class HDPKernel(MCMCKernel):
         split over it (``spmd_axis_name``, :mod:`numpyro_hdphmm.infer.sharding`)."""
         return jax.vmap(fn, in_axes=in_axes, spmd_axis_name=self.algorithm.sharding.spmd_axis_name)
 
-    def _program(self, which: str, args: _Arguments):
+    def _program(self, which: str, args: _Arguments, one_off: bool = False):
         """The compiled ``cluster`` (``(rng_key, init_params, arrays) -> states (N, T) or None``,
         :meth:`_cluster_one`), ``init`` (``(rng_key, init_params, arrays, states) -> HDPState``)
         or ``sample`` (``(state, arrays) -> HDPState``) program for the current configuration
@@ -710,9 +711,11 @@ class HDPKernel(MCMCKernel):
         (:data:`_ONE_OFF_CLUSTER_SIZE`), compiled without backend optimization
         (:func:`~numpyro_hdphmm._core.compile.one_off_jit`: 0.7 s instead of 3 s on the README's
         model, where it then runs in 0.1 s instead of 0.03 s); otherwise ``init`` clusters
-        (``states=None``), one program as before.  ``init`` and ``sample``, whose floating-point
-        results are the chain's, are always compiled with XLA's defaults."""
-        key = (which, self._config, args.key)
+        (``states=None``), one program as before.  ``one_off=True`` (the same small-data case)
+        compiles ``init`` that way too (2 s instead of 6 s; its floats may differ from the
+        default compilation's in the last bits).  ``sample``, which runs thousands of times, is
+        always compiled with XLA's defaults."""
+        key = (which, self._config, args.key, one_off)
         program = self._programs.get(key)
         if program is None:
             num_warmup, vectorized = self._config[1:]
@@ -734,7 +737,8 @@ class HDPKernel(MCMCKernel):
             program.__name__ = f"{which}_program"  # the name in JAX's compile log (jax_log_compiles)
             if vectorized:
                 program = self._vmap_chains(program, in_axes=in_axes)
-            program = self._programs[key] = one_off_jit(program) if which == "cluster" else jax.jit(program)
+            one_off_program = which == "cluster" or (which == "init" and one_off)
+            program = self._programs[key] = one_off_jit(program) if one_off_program else jax.jit(program)
         return program
 
     def _sweep(self, state, model_args, model_kwargs):

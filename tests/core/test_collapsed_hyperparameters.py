@@ -76,6 +76,47 @@ def test_slice_sample_negative_control(monkeypatch):
     assert stats.kstest(np.exp(x), stats.gamma(2.5, scale=1 / 4.0).cdf).pvalue < KS_ALPHA
 
 
+def _three_loop_slice_sample(rng_key, x0, log_density, width, max_steps_out, max_shrink):
+    """Neal's (2003) Figs. 3 and 5 as three loops (the form ``slice_sample`` had before it became
+    one loop with one density site): the reference for the same points from the same uniforms."""
+    from jax import lax, random
+
+    f = lambda x: jnp.where(jnp.isnan(log_density(x)), -jnp.inf, log_density(x))
+    k_level, k_place, k_split, k_shrink = random.split(rng_key, 4)
+    level = f(x0) - random.exponential(k_level, (), x0.dtype)
+    left = x0 - width * random.uniform(k_place, (), x0.dtype)
+    right = left + width
+    j = jnp.floor(max_steps_out * random.uniform(k_split, (), x0.dtype)).astype(jnp.int32)
+    cond = lambda c: (c[1] > 0) & (c[2] > level)
+    left = lax.while_loop(cond, lambda c: (c[0] - width, c[1] - 1, f(c[0] - width)), (left, j, f(left)))[0]
+    right = lax.while_loop(cond, lambda c: (c[0] + width, c[1] - 1, f(c[0] + width)),
+                           (right, max_steps_out - 1 - j, f(right)))[0]
+
+    def shrink(c):
+        lo, hi, _, _, i = c
+        x1 = lo + (hi - lo) * random.uniform(random.fold_in(k_shrink, i), (), x0.dtype)
+        inside = f(x1) > level
+        return (jnp.where(~inside & (x1 < x0), x1, lo), jnp.where(~inside & (x1 >= x0), x1, hi), x1, inside, i + 1)
+
+    out = lax.while_loop(lambda c: ~c[3] & (c[4] < max_shrink), shrink, (left, right, x0, jnp.zeros((), bool), 0))
+    return jnp.where(out[3], out[2], x0)
+
+
+@pytest.mark.parametrize("width,max_steps_out,max_shrink", [(1.0, 8, 40), (0.1, 1, 3), (5.0, 3, 1)])
+def test_slice_sample_is_neals_three_loops(width, max_steps_out, max_shrink):
+    """The one-loop sampler visits the points of the three-loop form: identical draws, for smooth,
+    bounded-support and needle-thin slices (where the shrinkage cap returns ``x0``)."""
+    densities = [lambda x: -0.5 * x**2, lambda x: jnp.where(x > 0, 3 * jnp.log(x) - x, -jnp.inf),
+                 lambda x: jnp.where(jnp.abs(x) < 0.01, 0.0, -jnp.inf)]
+    keys = jax.random.split(jax.random.key(0), 200)
+    x0 = jnp.linspace(0.005, 4.0, 200)
+    for f in densities:
+        ours = jax.vmap(lambda k, x: slice_sampling.slice_sample(k, x, f, width=width, max_steps_out=max_steps_out,
+                                                                 max_shrink=max_shrink))(keys, x0)
+        ref = jax.vmap(lambda k, x: _three_loop_slice_sample(k, x, f, width, max_steps_out, max_shrink))(keys, x0)
+        np.testing.assert_array_equal(ours, ref)
+
+
 # ------------------------------------------------------------------------- alpha, kappa | z, beta
 N = np.array([[40, 3, 0], [2, 25, 1], [1, 0, 12]])
 FIRST = np.array([2, 1, 0])

@@ -19,9 +19,14 @@ loops (:mod:`numpyro_hdphmm._core.ordering`).
 Usage::
 
     python benchmarks/bench_rcd_speed.py [--modes stepwise,slice,blocked,beam] [--states 400]
-                                         [--capacity 500] [--repeats 3] [--write]
+                                         [--capacity 500] [--repeats 3] [--floor] [--write]
 
 ``--write`` replaces the "RCD speed on Alice" section of ``docs/benchmarks.md``.
+
+``--floor`` instead times the least work any exact single-step move of a static-shape sweep must
+do (:func:`floor_sweep`), with no sampler around it: the lower bound of the slice and step-wise
+sweeps on this machine.  With ``--write`` it replaces the "RCD speed on Alice: the floor of a
+static-shape step" section.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import time
 from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
 
 SECTION = "## RCD speed on Alice"
+SECTION_FLOOR = "## RCD speed on Alice: the floor of a static-shape step"
 FLAG = "--xla_cpu_copy_insertion_use_region_analysis=true"
 PAPER = {"stepwise": 7.027, "slice": 0.469, "blocked": 29380.3, "beam": 80.681}  # Table 2, s per sweep
 TARGET = {"stepwise": 0.7, "slice": 0.05}
@@ -74,7 +80,9 @@ def alice_setup(mode: str, states: int, capacity: int, seed: int = 0, emission_p
     ``sweep`` the jitted ``kernel.sample`` (not yet compiled).  ``emission_prior="hcrp"``: the
     paper's HCRP emission prior instead of ``Dir(0.1)``, a shared base ``phi ~ Dir(HCRP_B0 / V)``
     and ``probs_k | phi ~ Dir(s phi)`` with ``s ~ Gamma(1, 1)``
-    (:func:`numpyro_hdphmm.emissions.hierarchical_categorical`, sites ``phi`` and ``s``)."""
+    (:func:`numpyro_hdphmm.emissions.hierarchical_categorical`, sites ``phi`` and ``s``).
+    ``states = 0`` starts from the kernel's default data-driven start instead of ``states`` random
+    states."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -86,11 +94,13 @@ def alice_setup(mode: str, states: int, capacity: int, seed: int = 0, emission_p
     y, test = np.asarray(alice.tokens[:-num_test]), np.asarray(alice.tokens[-num_test:])
     model, emission = alice_model(len(alice.vocabulary), capacity, emission_prior)
     kernel = nh.infer.RCDSampler(model, mode=mode, block_size=10)
-    rng = np.random.default_rng(seed)
-    beta = np.zeros(capacity + 1, np.float32)
-    beta[:states] = 0.9 / states
-    beta[capacity] = 0.1
-    init = {"y_states": jnp.asarray(rng.integers(0, states, size=y.shape), jnp.int32), "y_beta": jnp.asarray(beta)}
+    init = None  # states = 0: the kernel's default (data-driven) start
+    if states:
+        rng = np.random.default_rng(seed)
+        beta = np.zeros(capacity + 1, np.float32)
+        beta[:states] = 0.9 / states
+        beta[capacity] = 0.1
+        init = {"y_states": jnp.asarray(rng.integers(0, states, size=y.shape), jnp.int32), "y_beta": jnp.asarray(beta)}
     state = kernel.init(jax.random.key(seed), 0, init, (y,), {})
     sweep = jax.jit(lambda s: kernel.sample(s, (y,), {}))
     return kernel, state, sweep, y, test, emission
@@ -126,6 +136,101 @@ def run_subprocess(mode, states, capacity, repeats, flag: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def floor_sweep(num_steps: int, capacity: int, num_words: int, counts: bool):
+    """A jitted loop of ``num_steps`` steps doing the least an exact single-step move over
+    ``capacity`` states must do, for timing only (its draws mean nothing): read the count row of
+    the previous state and the column of the next one (``(K,)`` each), the emission statistics'
+    column of the step's word (``(K,)``), combine them into the unnormalized conditional
+    ``(n_jk + a)(n_kl + a) / (n_k + b) * e_k(w)``, draw ``k`` by inversion and store it; with
+    ``counts=True`` also move the step's three customers (the two transitions and the word) from
+    the old state to the new one: one scatter-add into each of the ``(K, K)`` and ``(K, V)``
+    arrays, chained after the state's write so that XLA updates them in place
+    (:mod:`numpyro_hdphmm._core.ordering`).
+    Returns ``run(key) -> state sequence``."""
+    import jax
+    import jax.numpy as jnp
+
+    from numpyro_hdphmm._core.ordering import after, any_element
+
+    words = jnp.zeros(num_steps, jnp.int32)
+    # random counts, passed in (constants would let XLA fold the reads away)
+    trans = jax.random.uniform(jax.random.key(1), (capacity, capacity))
+    emit = jax.random.uniform(jax.random.key(2), (capacity, num_words))
+
+    @jax.jit
+    def loop(key, trans, emit):
+        def body(t, carry):
+            z, n, e = carry
+            prev, nxt, word, old = z[t - 1], z[t + 1], words[t], z[t]
+            row, col = n[prev], n[:, nxt]
+            weights = (row + 0.5) * (col + 0.5) / (row.sum() + 1.0) * e[:, word]
+            cdf = jnp.cumsum(weights)
+            k = jnp.minimum(jnp.searchsorted(cdf, jax.random.uniform(jax.random.fold_in(key, t)) * cdf[-1]),
+                            capacity - 1).astype(jnp.int32)
+            z = z.at[t].set(k)
+            if counts:  # one scatter per array, chained after the other outputs (_core.ordering)
+                go = after(jnp.asarray(True), z[t]).astype(n.dtype)
+                n = n.at[jnp.stack([prev, old, prev, k]), jnp.stack([old, nxt, k, nxt])].add(
+                    go * jnp.array([-1.0, -1.0, 1.0, 1.0]))
+                go = after(jnp.asarray(True), any_element(n)).astype(e.dtype)
+                e = e.at[jnp.stack([old, k]), word].add(go * jnp.array([-1.0, 1.0]))
+            return z, n, e
+
+        z = jnp.zeros(num_steps + 1, jnp.int32)
+        return jax.lax.fori_loop(1, num_steps, body, (z, trans, emit))[0]
+
+    return lambda key: loop(key, trans, emit)
+
+
+def _report(section: str, lines, write: bool):
+    """Print the table and, with ``--write``, replace ``section`` of ``docs/benchmarks.md``."""
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        command = "python benchmarks/bench_rcd_speed.py " + " ".join(sys.argv[1:])
+        print("wrote", write_section(section, command.strip(), text))
+
+
+def floor_main(args):
+    import jax
+    import numpy as np
+
+    import numpyro_hdphmm as nh
+
+    alice = nh.datasets.load_alice()
+    num_steps = len(alice.tokens) - alice.info["num_test"]
+    rows = []
+    for capacity in (100, args.capacity, 800):
+        for counts in (False, True):
+            run = floor_sweep(num_steps, capacity, len(alice.vocabulary), counts)
+            jax.block_until_ready(run(jax.random.key(0)))
+            times = []
+            for r in range(args.repeats):
+                t0 = time.perf_counter()
+                jax.block_until_ready(run(jax.random.key(r)))
+                times.append(time.perf_counter() - t0)
+            rows.append((capacity, counts, float(np.median(times))))
+            print(rows[-1], flush=True)
+    lines = [
+        f"A jitted loop over the *Alice* training words (T = {num_steps:,}, V = {len(alice.vocabulary):,}) doing only "
+        "the least an exact single-step move over `K` static-shape states must do (`floor_sweep`): read the count "
+        "row of the previous state, the column of the next one and the emission column of the word, combine them, "
+        "draw the new state by inversion; \"+ counts\" also moves the step's three customers (one in-place scatter-add "
+        "into each count array). "
+        f"No tables, no acceptance test, no hyperparameters.  Median of {args.repeats} after compiling; "
+        f"jax {jax.__version__}, {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the end.",
+        "",
+        "| K | s / sweep, draw only | us / step | s / sweep, + counts | us / step | slice target |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for capacity in dict.fromkeys(r[0] for r in rows):
+        bare = next(r[2] for r in rows if r[0] == capacity and not r[1])
+        full = next(r[2] for r in rows if r[0] == capacity and r[1])
+        lines.append(f"| {capacity} | {bare:.3f} | {1e6 * bare / num_steps:.2f} | {full:.3f} | "
+                     f"{1e6 * full / num_steps:.2f} | {TARGET['slice']:g} |")
+    _report(SECTION_FLOOR, lines, args.write)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--modes", default="stepwise,slice,blocked,beam")
@@ -133,8 +238,12 @@ def main():
     parser.add_argument("--capacity", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help="time the floor of a static-shape step instead")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    if args.floor:
+        floor_main(args)
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, args.states, args.capacity, args.repeats)))
         return
@@ -168,11 +277,7 @@ def main():
         target = f"{TARGET[mode]:g}" if mode in TARGET else "-"
         lines.append(f"| {mode} | {plain['seconds']:.3f} | {flagged['seconds']:.3f} | {target} | {PAPER[mode]:g} | "
                      f"{plain['gibbs_accept']:.5f} | {plain['compile_s']:.1f} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        command = "python benchmarks/bench_rcd_speed.py " + " ".join(a for a in sys.argv[1:])
-        print("wrote", write_section(SECTION, command.strip(), text))
+    _report(SECTION, lines, args.write)
 
 
 if __name__ == "__main__":

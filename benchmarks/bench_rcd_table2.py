@@ -17,7 +17,8 @@ Usage::
 
     python benchmarks/bench_rcd_table2.py [--modes stepwise,slice] [--emission dirichlet,hcrp]
                                           [--score draws|seating] [--minutes 10] [--thin 10]
-                                          [--states 400] [--capacity 600] [--write]
+                                          [--states 400] [--capacity 600] [--particles 0]
+                                          [--write]
 
 ``--emission dirichlet,hcrp`` runs each mode with each emission prior (``hcrp``: the paper's HCRP
 emission prior, :func:`numpyro_hdphmm.emissions.hierarchical_categorical`); ``--score seating``
@@ -25,9 +26,13 @@ scores each draw with its seating's predictive word distributions (:func:`seatin
 paper's predictive given a seating) instead of its explicit ``y_probs``, which under the HCRP
 prior give the few test words never seen in training almost no mass.
 
+``--states 0`` starts every chain from the kernel's default data-driven start (a few states)
+instead of random states; ``--particles P`` adds the paper's evaluation, a particle filter of
+``P`` particles per draw (``predictive_log_likelihood(method="particle")``), beside the exact one.
+
 ``--write`` replaces the "RCD Table 2 on Alice" section of ``docs/benchmarks.md`` (the
 "... the HCRP emission prior" section with ``--score seating`` or ``--emission`` other than
-``dirichlet``).
+``dirichlet``; the "... longer runs from the default start" section with ``--states 0``).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from bench_rcd_speed import alice_setup
 
 SECTION = "## RCD Table 2 on Alice"
 SECTION_HCRP = "## RCD Table 2 on Alice: the HCRP emission prior"
+SECTION_LONG = "## RCD Table 2 on Alice: longer runs from the default start"
 #: the paper's Table 2 (HCRP-HMM rows): perplexity, states, seconds per sweep, Gibbs acceptance
 PAPER = {"stepwise": (133.31, 379.8, 7.027, 0.999861), "slice": (131.17, 422.0, 0.469, 0.999986),
          "blocked": (199.14, 1840.8, 29380.3, 0.992748), "beam": (141.77, 603.3, 80.681, 0.995627)}
@@ -69,10 +75,12 @@ def seating_probs(rng_key, states, y, num_symbols, capacity, phi=None, scale=Non
     return (n + scale * base) / (n.sum(1, keepdims=True) + scale)
 
 
-def run_mode(mode, minutes, thin, states, capacity, seed=0, emission_prior="dirichlet", score="draws"):
+def run_mode(mode, minutes, thin, states, capacity, seed=0, emission_prior="dirichlet", score="draws",
+             particles=0):
     """``minutes`` of sweeps (after compiling): the first half warm-up, every ``thin``-th sweep of
     the second half recorded.  ``score="draws"``: the recorded ``y_probs``; ``"seating"``: each
-    draw's :func:`seating_probs`."""
+    draw's :func:`seating_probs`.  ``particles > 0``: the draws are also scored by the paper's
+    particle filter (``particles`` per draw) besides the forward algorithm."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -104,8 +112,15 @@ def run_mode(mode, minutes, thin, states, capacity, seed=0, emission_prior="diri
                                          capacity, d.pop("phi", None), d.pop("s", None))
     samples_ = {k: jnp.stack([d[k] for d in draws]) for k in draws[0]}
     ppl = float(nh.diagnostics.predictive_log_likelihood(samples_, emission, test).perplexity)
+    ppl_pf = float("nan")
+    if particles:
+        ppl_pf = float(nh.diagnostics.predictive_log_likelihood(
+            samples_, emission, test, method="particle", num_particles=particles, rng_key=jax.random.key(seed + 1)
+        ).perplexity)
+    trace = {n: num_states[n - 1] for n in (1, 10, 50, 100, 200, 500, 1000, 2000) if n <= len(num_states)}
     kept = slice(warmup, None)
-    return {"mode": mode, "emission": emission_prior, "score": score, "perplexity": ppl, "states": float(np.mean(num_states[kept])),
+    return {"mode": mode, "emission": emission_prior, "score": score, "perplexity": ppl, "perplexity_pf": ppl_pf,
+            "trace": trace, "states": float(np.mean(num_states[kept])),
             "states_last": num_states[-1], "seconds": float(np.median(seconds)), "accept": float(np.mean(accept[kept])),
             "wall": wall, "sweeps": len(seconds), "warmup": warmup, "draws": len(draws), "overflow": overflow,
             "T": int(y.size)}
@@ -120,6 +135,8 @@ def main():
     parser.add_argument("--thin", type=int, default=10)
     parser.add_argument("--states", type=int, default=400)
     parser.add_argument("--capacity", type=int, default=600)
+    parser.add_argument("--particles", type=int, default=0,
+                        help="also score by the paper's particle filter with this many particles per draw")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     import jax
@@ -131,7 +148,7 @@ def main():
     for prior in args.emission.split(","):
         for mode in args.modes.split(","):
             r = run_mode(mode, args.minutes, args.thin, args.states, args.capacity, emission_prior=prior,
-                         score=args.score)
+                         score=args.score, particles=args.particles)
             rows.append(r)
             print(r, flush=True)
     alice = nh.datasets.load_alice()
@@ -145,32 +162,43 @@ def main():
                "its seating's predictive word distributions (`seating_probs`: the posterior mean given the states, "
                "and for the HCRP prior given tables drawn from the states, `phi` integrated out) with its rows scored "
                "on the test words by the forward algorithm")
+    start = f"{args.states} random states" if args.states else "the default data-driven start"
+    if args.particles:
+        scoring += (f", and again by the paper's particle filter ({args.particles} particles per draw, the fully adapted "
+                    "filter of `predictive_log_likelihood(method=\"particle\")`)")
+    pf_head, pf_rule = (" perplexity (particle filter) |", "---:|") if args.particles else ("", "")
     lines = [
         f"*Alice* (T = {rows[0]['T']:,} training words, the last {num_test:,} held out), non-sticky HDP-HMM, "
         f"`gamma, alpha ~ Gamma(1, 1)`, {' or '.join(priors[p] for p in args.emission.split(','))} integrated out, "
         f"capacity {args.capacity}, one chain per "
-        f"mode from {args.states} random states, {args.minutes:g} minutes of sweeps per mode (the paper: equal time "
+        f"mode from {start}, {args.minutes:g} minutes of sweeps per mode (the paper: equal time "
         f"too), the first half warm-up, every {args.thin}th sweep of the second half recorded and {scoring}; "
         f"jax {jax.__version__}, "
         f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the end.  The paper: 48 h of C++ "
         f"per run, an HCRP emission prior, mean of 18 runs.  Unigram baseline (add-0.1): {baseline:.1f}.",
         "",
-        "| mode | emission prior | perplexity | states | s / sweep | Gibbs accept | sweeps (recorded) | "
+        f"| mode | emission prior | perplexity |{pf_head} states | s / sweep | Gibbs accept | sweeps (recorded) | "
         "paper: perplexity | states | s / sweep | accept |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"|---|---|---:|{pf_rule}---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         pp, pk, ps, pa = PAPER[r["mode"]]
-        lines.append(f"| {r['mode']} | {r['emission']} | {r['perplexity']:.1f} | {r['states']:.0f} | {r['seconds']:.2f} | "
+        pf = f" {r['perplexity_pf']:.1f} |" if args.particles else ""
+        lines.append(f"| {r['mode']} | {r['emission']} | {r['perplexity']:.1f} |{pf} {r['states']:.0f} | {r['seconds']:.2f} | "
                      f"{r['accept']:.5f} | {r['sweeps']} ({r['draws']}) | {pp:.2f} | {pk:.0f} | {ps:g} | {pa:.6f} |")
     if any(r["overflow"] for r in rows):
         lines.append("")
         lines.append("Sweeps that overflowed the capacity: " + ", ".join(f"{r['mode']} {r['overflow']}" for r in rows))
+    if not args.states:
+        lines.append("")
+        lines.append("States after 1, 10, 50, 100, 200, 500, 1000, 2000 sweeps: " + "; ".join(
+            f"{r['mode']} ({r['emission']}) " + ", ".join(f"{v}" for v in r["trace"].values()) for r in rows))
     text = "\n".join(lines)
     print(text)
     if args.write:
         command = "python benchmarks/bench_rcd_table2.py " + " ".join(sys.argv[1:])
-        section = SECTION if args.score == "draws" and args.emission == "dirichlet" else SECTION_HCRP
+        section = (SECTION_LONG if not args.states else
+                   SECTION if args.score == "draws" and args.emission == "dirichlet" else SECTION_HCRP)
         print("wrote", write_section(section, command.strip(), text))
 
 

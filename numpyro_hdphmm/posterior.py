@@ -577,18 +577,16 @@ def marginal_log_likelihood(model, samples, y=None, *, lengths=None, name: str =
     """
     if method not in ("forward", "particle"):
         raise ValueError(f"`method` must be 'forward' or 'particle', got {method!r}.")
-    keys = None
-    if method == "particle":
+    particle = method == "particle"
+    if particle:
         num_particles = check_static_int("num_particles", num_particles)
         if rng_key is None:
             raise ValueError("`rng_key` is required with method='particle' (a jax.random key).")
     draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
-    if method == "particle":
-        keys = jax.random.split(rng_key, int(np.prod(draws.draw_shape, dtype=int)))
-    kind = "marginal" if method == "forward" else "particle"
-    pointwise, total, observed = _map_draws(kind, draws.trans, draws.params, draws.emission, y3, lengths,
-                                            renormalize, draws.emission_batched, _check_batch_size(batch_size),
-                                            keys, num_particles if method == "particle" else 0)
+    keys = jax.random.split(rng_key, int(np.prod(draws.draw_shape, dtype=int))) if particle else None
+    pointwise, total, observed = _map_draws("particle" if particle else "marginal", draws.trans, draws.params,
+                                            draws.emission, y3, lengths, renormalize, draws.emission_batched,
+                                            _check_batch_size(batch_size), keys, num_particles if particle else 0)
     pointwise, total = _shape_out((pointwise, total), draws, several)
     observed = observed[0] if several else observed[0, 0]
     return MarginalLogLikelihood(pointwise, observed, total)

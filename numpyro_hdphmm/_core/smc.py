@@ -167,12 +167,10 @@ def search_rows(cdf, rows, values):
 
 
 def _draw_rows(log_rows, u):
-    """One index per row of ``log_rows (P, K)`` (unnormalized log probabilities), by inversion
-    with the uniforms ``u (P,)`` on ``(0, 1]``; a row of ``-inf`` draws uniformly."""
-    log_norm, _ = jax.vmap(normalize_log_weights)(log_rows)
-    cdf = jnp.cumsum(jnp.exp(log_norm), axis=-1)
-    rows = jnp.arange(log_rows.shape[0])
-    return jnp.minimum(search_rows(cdf, rows, u * cdf[:, -1]), log_rows.shape[1] - 1)
+    """One index per row of ``log_rows (P, K)`` (unnormalized log probabilities) with the
+    uniforms ``u (P,)``: :func:`multinomial_ancestors` row by row (a row of ``-inf`` draws
+    uniformly)."""
+    return jax.vmap(lambda log_w, v: multinomial_ancestors(v[None], log_w)[0])(log_rows, u)
 
 
 def adapted_filter(u, log_init, log_trans, log_likelihoods, mask, length):

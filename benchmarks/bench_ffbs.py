@@ -5,7 +5,12 @@ with dynamax's ``hmm_posterior_sample`` (if installed) and a plain NumPy impleme
 this process.  Reports the minimum over repeats after a warm-up, in ms per FFBS, and the
 achieved GFLOP/s of the forward pass (2 T K^2 flops).
 
-Usage:  python benchmarks/bench_ffbs.py [--quick] [--write] [--repeats N]
+``--samplers`` instead times the FFBS the samplers run (``hmm_posterior_sample_fast``: at K <= 16
+the two-way pass, filtering from both ends at once) for one sequence and for 4 sequences with
+their own transition matrices under ``jax.vmap`` (as vectorized chains run it); it prints a
+table and writes nothing (run it at two commits to compare them).
+
+Usage:  python benchmarks/bench_ffbs.py [--quick] [--write] [--repeats N] [--samplers]
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from numpyro_hdphmm._core.hmm import hmm_posterior_sample
+from numpyro_hdphmm._core.hmm import hmm_posterior_sample, hmm_posterior_sample_fast
 
 from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
 
@@ -66,12 +72,44 @@ def min_time_ms(fn, repeats, budget_s):
     return min(times) * 1e3
 
 
+def samplers_table(repeats, Ts=(1000, 10000, 100000), Ks=(8, 15, 50), chains=4, per_call=5):
+    """Markdown rows ``| T | K | one sequence (ms) | 4 vmapped (ms) |`` of ``hmm_posterior_sample_fast``
+    on sticky random transition matrices: ms per FFBS, the minimum over ``repeats`` calls (after a
+    compiling one) of a compiled loop of ``per_call`` FFBS, divided by ``per_call``."""
+    rng = np.random.default_rng(0)
+    rows = ["| T | K | one sequence (ms) | %d sequences under vmap (ms) |" % chains, "|---:|---:|---:|---:|"]
+    for T in Ts:
+        for K in Ks:
+            A = 0.9 * np.eye(K) + 0.1 * rng.dirichlet(np.ones(K), size=(chains, K))
+            la = jnp.asarray(np.log(A), jnp.float32)
+            li = jnp.asarray(np.log(rng.dirichlet(np.ones(K), size=chains)), jnp.float32)
+            ll = jnp.asarray(rng.normal(size=(chains, T, K)) * 2, jnp.float32)
+            keys = jax.random.split(jax.random.key(0), chains)
+
+            def looped(k, a, b, c):  # `per_call` draws in one compiled loop, as a sampler runs them
+                def body(i, acc):  # the likelihoods change with `i`: nothing can be hoisted out of the loop
+                    ci = c + 1e-3 * i.astype(c.dtype)
+                    return acc + hmm_posterior_sample_fast(jax.random.fold_in(k, i), a, b, ci)[0]
+                return lax.fori_loop(0, per_call, body, jnp.zeros(c.shape[:-1], jnp.int32))
+
+            one, many = jax.jit(looped), jax.jit(jax.vmap(looped))
+            t1 = min_time_ms(lambda: jax.block_until_ready(one(keys[0], li[0], la[0], ll[0])), repeats, 30)
+            t4 = min_time_ms(lambda: jax.block_until_ready(many(keys, li, la, ll)), repeats, 30)
+            rows.append(f"| {T} | {K} | {t1 / per_call:.3f} | {t4 / per_call:.3f} |")
+    return "\n".join(rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="T in {1e3, 1e4} only")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--samplers", action="store_true", help="time hmm_posterior_sample_fast (prints only)")
     args = parser.parse_args()
+    if args.samplers:
+        print(f"jax {jax.__version__}, {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
+        print(samplers_table(max(args.repeats, 20), Ts=(1000, 10000) if args.quick else (1000, 10000, 100000)))
+        return
 
     try:
         from dynamax.hidden_markov_model import hmm_posterior_sample as dx_sample

@@ -381,12 +381,15 @@ def main():
     parser.add_argument("--pyhsmm-only", action="store_true", help="only the side-by-side comparison")
     parser.add_argument("--per-call", type=int, default=5,
                         help="side by side: our sweeps per call of a compiled loop (1: one jitted sweep per call)")
+    parser.add_argument("--blocks", type=int, help="side by side: alternating blocks per configuration (default 6; 4 with --quick)")
+    parser.add_argument("--block-sweeps", type=int, default=10,
+                        help="side by side: sweeps per block of each sampler (default 10)")
     parser.add_argument("--_peak-memory", nargs=2, type=int, metavar=("T", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._peak_memory:
         _peak_memory_child(*args._peak_memory)
         return
-    blocks, block_sweeps = (4, 10) if args.quick else (6, 10)
+    blocks, block_sweeps = args.blocks or (4 if args.quick else 6), args.block_sweeps
     if args.pyhsmm_only:
         if not args.pyhsmm:
             parser.error("--pyhsmm-only needs --pyhsmm")
@@ -400,6 +403,8 @@ def main():
         if args.write:
             cmd = ("python benchmarks/bench_weak_limit.py --pyhsmm-only --pyhsmm PYTHON [--pyhsmm-path DIR]"
                    + (" --quick" if args.quick else "") + ("" if args.per_call == 5 else f" --per-call {args.per_call}")
+                   + (f" --blocks {args.blocks}" if args.blocks else "")
+                   + ("" if args.block_sweeps == 10 else f" --block-sweeps {args.block_sweeps}")
                    + " --write")
             print(f"wrote {write_section(SECTION_PYHSMM, cmd, text)}")
         return

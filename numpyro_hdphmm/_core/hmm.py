@@ -51,6 +51,16 @@ exact.  The only approximation is that, within one step, transition probabilitie
 filtered probability are flushed to zero.  The marginal log-likelihood is the pairwise
 (tree) sum of the per-step normalizers, accurate to ``O(log2(T) eps)`` relative error, which
 keeps float32 accurate at ``T = 10^6``.
+
+Sampling
+--------
+With a fixed transition matrix over 9 to 16 states the sequential FFBS runs from both ends
+at once (:func:`_ffbs_two_way`): forward filtering to the midpoint and backward messages from
+the end share one loop of ``T/2`` iterations, the midpoint state is drawn from their product,
+and the two halves are drawn outwards from it.  The draws have the FFBS's law exactly (the chain
+rule of the posterior, from the midpoint); on XLA:CPU, whose loop iterations cost mostly a fixed
+amount, the FFBS takes about three quarters of the one-way time there.  Smaller, larger or
+time-varying transition matrices use the one-way pass.
 """
 
 from __future__ import annotations
@@ -277,6 +287,103 @@ def _forward_sequential_fast(p: _Prepared):
     probs = probs.at[0].set(jnp.where(p.valid[0], a0, jnp.exp(p.log_init - mi) / jnp.sum(
         jnp.exp(p.log_init - mi))))
     return probs, lz, ok
+
+
+def _two_way(log_a, num_states: int) -> bool:
+    """Whether :func:`_ffbs_two_way` applies: a fixed transition matrix over 9 to 16 states, where
+    it was measured faster on XLA:CPU (``docs/benchmarks.md``, "Two-way FFBS").  Up to 8 states
+    one lane's step is already cheap, and above 16 the two-lane step costs more than two one-lane
+    steps, so the one-way pass is kept there."""
+    return log_a.ndim == 2 and 8 < padded_size(num_states) <= 16
+
+
+def _ffbs_two_way(key, p: _Prepared):
+    r"""Forward filtering, backward sampling run from both ends of the sequence at once.
+
+    With ``L = length`` and the midpoint ``m = (L - 1) // 2``, one loop of ``~T/2`` iterations
+    carries two lanes: the forward recursion ``alpha_t = e_t * (alpha_{t-1} @ A)`` for
+    ``t = 1..m`` (Rabiner (1989) eq. 20) and the emission-weighted backward recursion
+    ``w_t = e_t * (A @ w_{t+1})``, ``w_{L-1} = e_{L-1}`` for ``t = L-2..m+1`` (``w_t = e_t
+    beta_t``, Rabiner eq. 25), each normalized to sum one at every step.  Then, exactly by the
+    chain rule of the posterior,
+
+    * ``z_m ~ alpha_m(i) beta_m(i)`` with ``beta_m = A @ w_{m+1}`` (``1`` when ``L = 1``);
+    * ``z_t | z_{t+1} ~ alpha_t(i) A(i, z_{t+1})`` for ``t = m-1..0`` (Chib (1996));
+    * ``z_t | z_{t-1} ~ A(z_{t-1}, j) w_t(j)`` for ``t = m+1..L-1``,
+
+    each side a loop of ``~T/2`` draws.  The filtering loop is half as long as the one-way
+    FFBS's and XLA:CPU's cost per iteration is mostly fixed, so at ``K <= 16`` the FFBS takes about
+    three quarters of the time at ``8 < K <= 16`` (``docs/benchmarks.md``, "Two-way FFBS").  ``log p(y) = log sum(alpha_m beta_m)`` plus
+    the per-step normalizers of both lanes (pairwise sum).  The same uniform ``v_t`` draws step
+    ``t``.  Returns ``(states (T,), marginal_loglik (), ok ())``; ``ok`` is False when a step's
+    normalizer fell below ``sqrt(tiny)`` (as in :func:`_forward_sequential_fast`).
+    """
+    T, K = p.lem.shape
+    dtype = p.lem.dtype
+    last = p.length - 1
+    mid = jnp.maximum(last // 2, 0)
+    two = p.length >= 2
+    g = _finite_or_zero(jnp.max(p.log_a))
+    m = _finite_or_zero(jnp.max(p.lem, axis=-1))
+    mi = _finite_or_zero(jnp.max(p.log_init))
+    K8 = padded_size(K)
+    em = pad_states(jnp.exp(p.lem - m[:, None]), K8, (-1,))
+    at = pad_states(jnp.exp(p.log_a - g), K8, (-2, -1))
+    mats = jnp.stack([at, at.T])  # lane 0: x @ A; lane 1: x @ A^T = A @ x
+    last_c = jnp.clip(last, 0, T - 1)
+    b0 = pad_states(jnp.exp(p.log_init - mi), K8, (-1,)) * em[0]
+    c0 = block_sum(b0)
+    w0 = em[last_c]
+    d0 = block_sum(w0)
+    N = max(T // 2, 1)
+    i = jnp.arange(N)
+    t_lane = jnp.stack([jnp.minimum(i + 1, T - 1), jnp.clip(last - 1 - i, 0, T - 1)], 1)  # (N, 2)
+    active = jnp.stack([i + 1 <= mid, last - 1 - i >= mid + 1], 1)  # (N, 2)
+
+    def _pass(x_prev, inp):
+        e_t, active_t = inp
+        y = jnp.sum(x_prev[:, :, None] * mats, axis=1) * e_t
+        c = jnp.sum(y, -1)
+        x = jnp.where(active_t[:, None], y / c[:, None], x_prev)
+        return x, (x, c)
+
+    x_end, (xs, cs) = lax.scan(_pass, jnp.stack([b0 / c0, w0 / d0]), (em[t_lane], active))
+    beta_mid = jnp.where(two, at @ x_end[1], jnp.ones((K8,), dtype))
+    w_mid = x_end[0] * beta_mid
+    s = block_sum(w_mid)
+    cs = jnp.where(active, cs, 1.0)
+    threshold = _underflow_threshold(dtype)
+    valid = p.length > 0
+    ok = ~valid | ((c0 >= threshold) & (~two | (d0 >= threshold)) & jnp.all(cs >= threshold) & (s >= threshold))
+    terms = jnp.concatenate([
+        jnp.where(active, jnp.log(cs) + m[t_lane] + g, 0.0).reshape(-1),
+        jnp.stack([jnp.log(c0) + mi + m[0], jnp.where(two, jnp.log(d0) + m[last_c] + g, 0.0), jnp.log(s)]),
+    ])
+    loglik = jnp.where(valid, _pairwise_sum(terms), 0.0)
+
+    v = 1.0 - jax.random.uniform(key, (T,), dtype=dtype)  # in (0, 1]
+    z_mid = categorical(w_mid, v[jnp.clip(mid, 0, T - 1)])
+    alphas = jnp.concatenate([b0[None] / c0, xs[:, 0]], 0)  # alphas[t] = alpha_t for t <= m
+    ws = jnp.concatenate([w0[None] / d0, xs[:, 1]], 0)  # ws[k] = w_{L-1-k} for L-1-k >= m+1
+    back, ahead = mid - 1 - i, mid + 1 + i  # the steps each side draws
+
+    def _draws(matrix, rows, us, on):
+        # z_t ~ rows[t] * matrix[z_{t -/+ 1}]; a scan of its own per side: under vmap (chains) two
+        # draws per iteration of one loop run slower than the two loops (measured)
+        def _draw(z_prev, inp):
+            row, u, on_t = inp
+            z = jnp.where(on_t, categorical(row * matrix[z_prev], u), z_prev)
+            return z, z
+
+        return lax.scan(_draw, z_mid, (rows, us, on))[1]
+
+    z_back = _draws(mats[1], alphas[jnp.clip(back, 0, N)], v[jnp.clip(back, 0, T - 1)], back >= 0)
+    z_ahead = _draws(at, ws[jnp.clip(last - ahead, 0, N)], v[jnp.clip(ahead, 0, T - 1)], ahead <= last)
+    ts = jnp.arange(T)
+    states = jnp.where(ts < mid, z_back[jnp.clip(mid - 1 - ts, 0, N - 1)],
+                       jnp.where(ts == mid, z_mid, z_ahead[jnp.clip(ts - mid - 1, 0, N - 1)]))
+    states = jnp.where(ts <= last, states, states[last_c])  # padded steps copy the last valid state
+    return jnp.where(valid, states, 0), loglik, ok
 
 
 def _forward_sequential_robust(p: _Prepared):
@@ -799,6 +906,14 @@ def hmm_backward_sample(rng_key, filter_result_or_log_filtered, log_transition_m
 
 def _ffbs_single(key, log_init, log_a, ll, mask, length, method):
     p = _prepare(log_init, log_a, ll, mask, length)
+    if method == "sequential" and _two_way(log_a, ll.shape[-1]):
+        def _robust():
+            log_filtered, log_normalizers = _forward_sequential_robust(p)
+            states = _backward_sample_sequential_log(key, log_filtered, log_a, p.length)
+            return states, _pairwise_sum(log_normalizers)
+
+        states, loglik, ok = _ffbs_two_way(key, p)
+        return lax.cond(ok, lambda: (states, loglik), _robust)
     if method == "sequential":
         log_filtered, log_normalizers, probs, ok = _forward_sequential(p)
         states = lax.cond(
@@ -824,6 +939,8 @@ def _ffbs_jit_par(key, log_init, log_a, ll, mask, length):
 
 def _ffbs_fast_single(key, log_init, log_a, ll, mask, length):
     p = _prepare(log_init, log_a, ll, mask, length)
+    if _two_way(log_a, ll.shape[-1]):
+        return _ffbs_two_way(key, p)
     probs, lz, ok = _forward_sequential_fast(p)
     states = _backward_sample_sequential(key, probs, log_a, p.length)
     return states, _pairwise_sum(lz), ok

@@ -13,6 +13,7 @@ from numpyro_hdphmm._core.hmm import (
     hmm_filter,
     hmm_marginal_loglik,
     hmm_posterior_sample,
+    hmm_posterior_sample_fast,
     hmm_smoother,
     hmm_viterbi,
 )
@@ -140,6 +141,47 @@ def test_ffbs_distribution_against_enumeration(kind, method):
     states, mll = jax.jit(jax.vmap(
         lambda k: hmm_posterior_sample(k, li, la, ll, mask=mask, length=length, method=method)
     ))(keys)
+    states = np.asarray(states)
+    L = ref["L"]
+    np.testing.assert_allclose(mll[0], ref["logZ"], atol=1e-6)
+    np.testing.assert_array_equal(states[:, L:], np.repeat(states[:, L - 1:L], T - L, axis=1))
+    index = {z: i for i, z in enumerate(ref["seqs"])}
+    codes = np.array([index[tuple(s[:L])] for s in states])
+    emp = np.bincount(codes, minlength=len(ref["seqs"])) / n
+    p = ref["probs"]
+    assert np.all(emp[p == 0] == 0), "sampled an impossible sequence"
+    tv = 0.5 * np.abs(emp - p).sum()
+    assert tv < _tv_bound(p, n), (tv, _tv_bound(p, n))
+
+
+@pytest.mark.parametrize("T, length, masked", [(5, None, False), (5, None, True), (5, 4, True), (5, 2, False),
+                                               (5, 1, False)])
+def test_two_way_ffbs_against_enumeration(T, length, masked):
+    """The two-way FFBS (filtering from both ends, ``z`` drawn at the midpoint first, then outwards;
+    ``hmm_posterior_sample_fast`` and the sequential ``hmm_posterior_sample`` at 9 to 16 states)
+    draws exactly the posterior path law, with padding, missing steps, odd and even lengths and
+    the one- and two-step sequences.  K = 9 states with banded transitions (self, neighbours, and
+    one impossible step) keep the enumeration small.  (Drawing the midpoint from ``alpha_m`` alone,
+    without ``beta_m``, fails 4 of these 5 cases, TV 0.15-0.36 against bounds 0.03-0.05; the
+    one-step case has ``beta_m = 1``.)"""
+    rng = np.random.default_rng(T + 10 * (length or 0) + masked)
+    K = 9
+    li = np.log(rng.dirichlet(np.ones(K)))
+    offsets = (np.arange(K)[None, :] - np.arange(K)[:, None]) % K
+    la = np.where((offsets <= 1) | (offsets == K - 1), np.log(rng.dirichlet(np.ones(K), size=K)), -np.inf)
+    la[0, 1] = -np.inf  # an impossible transition
+    ll = rng.normal(size=(T, K)) * 2
+    mask = np.array([True, True, False, True, False, True][:T]) if masked else None
+    ref = brute(li, la, ll, mask, length)
+    n = 20000
+    keys = jax.random.split(jax.random.key(7), n)
+    states, mll, ok = jax.jit(jax.vmap(
+        lambda k: hmm_posterior_sample_fast(k, li, la, ll, mask=mask, length=length, method="sequential")))(keys)
+    assert bool(np.all(ok))
+    seq_states, seq_mll = jax.jit(jax.vmap(
+        lambda k: hmm_posterior_sample(k, li, la, ll, mask=mask, length=length, method="sequential")))(keys[:100])
+    np.testing.assert_array_equal(seq_states, states[:100])
+    np.testing.assert_allclose(seq_mll, mll[:100])
     states = np.asarray(states)
     L = ref["L"]
     np.testing.assert_allclose(mll[0], ref["logZ"], atol=1e-6)

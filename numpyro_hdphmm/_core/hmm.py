@@ -327,13 +327,12 @@ def _ffbs_two_way(key, p: _Prepared):
     m = _finite_or_zero(jnp.max(p.lem, axis=-1))
     mi = _finite_or_zero(jnp.max(p.log_init))
     K8 = padded_size(K)
-    em = pad_states(jnp.exp(p.lem - m[:, None]), K8, (-1,))
     at = pad_states(jnp.exp(p.log_a - g), K8, (-2, -1))
     mats = jnp.stack([at, at.T])  # lane 0: x @ A; lane 1: x @ A^T = A @ x
     last_c = jnp.clip(last, 0, T - 1)
-    b0 = pad_states(jnp.exp(p.log_init - mi), K8, (-1,)) * em[0]
+    b0 = pad_states(jnp.exp(p.log_init - mi + p.lem[0] - m[0]), K8, (-1,))
     c0 = block_sum(b0)
-    w0 = em[last_c]
+    w0 = pad_states(jnp.exp(p.lem[last_c] - m[last_c]), K8, (-1,))
     d0 = block_sum(w0)
     N = max(T // 2, 1)
     i = jnp.arange(N)
@@ -347,7 +346,8 @@ def _ffbs_two_way(key, p: _Prepared):
         x = jnp.where(active_t[:, None], y / c[:, None], x_prev)
         return x, (x, c)
 
-    x_end, (xs, cs) = lax.scan(_pass, jnp.stack([b0 / c0, w0 / d0]), (em[t_lane], active))
+    e_rows = pad_states(jnp.exp(p.lem[t_lane] - m[t_lane][..., None]), K8, (-1,))  # (N, 2, K8)
+    x_end, (xs, cs) = lax.scan(_pass, jnp.stack([b0 / c0, w0 / d0]), (e_rows, active))
     beta_mid = jnp.where(two, at @ x_end[1], jnp.ones((K8,), dtype))
     w_mid = x_end[0] * beta_mid
     s = block_sum(w_mid)

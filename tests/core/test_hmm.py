@@ -129,6 +129,23 @@ def _tv_bound(p, n):
     return 0.5 * np.sum(np.sqrt(p * (1 - p) / n)) + np.sqrt(np.log(1e6) / (2 * n))
 
 
+def _assert_path_law(states, mll, ref):
+    """``states (n, T)`` drawn paths: the marginal likelihood is the enumeration's, padded steps copy
+    the last valid state, no impossible path is drawn and the paths' law is within the TV bound."""
+    states = np.asarray(states)
+    n, T = states.shape
+    L = ref["L"]
+    np.testing.assert_allclose(mll[0], ref["logZ"], atol=1e-6)
+    np.testing.assert_array_equal(states[:, L:], np.repeat(states[:, L - 1:L], T - L, axis=1))
+    index = {z: i for i, z in enumerate(ref["seqs"])}
+    codes = np.array([index[tuple(s[:L])] for s in states])
+    emp = np.bincount(codes, minlength=len(ref["seqs"])) / n
+    p = ref["probs"]
+    assert np.all(emp[p == 0] == 0), "sampled an impossible sequence"
+    tv = 0.5 * np.abs(emp - p).sum()
+    assert tv < _tv_bound(p, n), (tv, _tv_bound(p, n))
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("kind", ["plain", "all", "substochastic"])
 def test_ffbs_distribution_against_enumeration(kind, method):
@@ -141,17 +158,7 @@ def test_ffbs_distribution_against_enumeration(kind, method):
     states, mll = jax.jit(jax.vmap(
         lambda k: hmm_posterior_sample(k, li, la, ll, mask=mask, length=length, method=method)
     ))(keys)
-    states = np.asarray(states)
-    L = ref["L"]
-    np.testing.assert_allclose(mll[0], ref["logZ"], atol=1e-6)
-    np.testing.assert_array_equal(states[:, L:], np.repeat(states[:, L - 1:L], T - L, axis=1))
-    index = {z: i for i, z in enumerate(ref["seqs"])}
-    codes = np.array([index[tuple(s[:L])] for s in states])
-    emp = np.bincount(codes, minlength=len(ref["seqs"])) / n
-    p = ref["probs"]
-    assert np.all(emp[p == 0] == 0), "sampled an impossible sequence"
-    tv = 0.5 * np.abs(emp - p).sum()
-    assert tv < _tv_bound(p, n), (tv, _tv_bound(p, n))
+    _assert_path_law(states, mll, ref)
 
 
 @pytest.mark.parametrize("T, length, masked", [(5, None, False), (5, None, True), (5, 4, True), (5, 2, False),
@@ -182,17 +189,7 @@ def test_two_way_ffbs_against_enumeration(T, length, masked):
         lambda k: hmm_posterior_sample(k, li, la, ll, mask=mask, length=length, method="sequential")))(keys[:100])
     np.testing.assert_array_equal(seq_states, states[:100])
     np.testing.assert_allclose(seq_mll, mll[:100])
-    states = np.asarray(states)
-    L = ref["L"]
-    np.testing.assert_allclose(mll[0], ref["logZ"], atol=1e-6)
-    np.testing.assert_array_equal(states[:, L:], np.repeat(states[:, L - 1:L], T - L, axis=1))
-    index = {z: i for i, z in enumerate(ref["seqs"])}
-    codes = np.array([index[tuple(s[:L])] for s in states])
-    emp = np.bincount(codes, minlength=len(ref["seqs"])) / n
-    p = ref["probs"]
-    assert np.all(emp[p == 0] == 0), "sampled an impossible sequence"
-    tv = 0.5 * np.abs(emp - p).sum()
-    assert tv < _tv_bound(p, n), (tv, _tv_bound(p, n))
+    _assert_path_law(states, mll, ref)
 
 
 @pytest.mark.parametrize("method", METHODS)

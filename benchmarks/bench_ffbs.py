@@ -5,8 +5,8 @@ with dynamax's ``hmm_posterior_sample`` (if installed) and a plain NumPy impleme
 this process.  Reports the minimum over repeats after a warm-up, in ms per FFBS, and the
 achieved GFLOP/s of the forward pass (2 T K^2 flops).
 
-``--samplers`` instead times the FFBS the samplers run (``hmm_posterior_sample_fast``: at K <= 16
-the two-way pass, filtering from both ends at once) for one sequence and for 4 sequences with
+``--samplers`` instead times the FFBS the samplers run (``hmm_posterior_sample_fast``: at 9-16
+states the two-way pass, filtering from both ends at once) for one sequence and for 4 sequences with
 their own transition matrices under ``jax.vmap`` (as vectorized chains run it); it prints a
 table and writes nothing (run it at two commits to compare them).
 

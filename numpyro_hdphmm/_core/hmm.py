@@ -312,9 +312,10 @@ def _ffbs_two_way(key, p: _Prepared):
     * ``z_t | z_{t-1} ~ A(z_{t-1}, j) w_t(j)`` for ``t = m+1..L-1``,
 
     each side a loop of ``~T/2`` draws.  The filtering loop is half as long as the one-way
-    FFBS's and XLA:CPU's cost per iteration is mostly fixed, so at ``K <= 16`` the FFBS takes about
-    three quarters of the time at ``8 < K <= 16`` (``docs/benchmarks.md``, "Two-way FFBS").  ``log p(y) = log sum(alpha_m beta_m)`` plus
-    the per-step normalizers of both lanes (pairwise sum).  The same uniform ``v_t`` draws step
+    FFBS's and XLA:CPU's cost per iteration is mostly fixed, so at ``8 < K <= 16`` the FFBS takes
+    about three quarters of the time (``docs/benchmarks.md``, "Two-way FFBS").
+    ``log p(y) = log sum(alpha_m beta_m)`` plus the per-step normalizers of both lanes (pairwise
+    sum).  The same uniform ``v_t`` draws step
     ``t``.  Returns ``(states (T,), marginal_loglik (), ok ())``; ``ok`` is False when a step's
     normalizer fell below ``sqrt(tiny)`` (as in :func:`_forward_sequential_fast`).
     """

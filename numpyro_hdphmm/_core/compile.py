@@ -2,7 +2,7 @@ r"""Compiling one-off programs with less backend optimization.
 
 XLA spends most of a program's CPU compile time in LLVM's optimization and code generation.  A
 program that runs once per ``MCMC.run`` on small data (the prior draw that model discovery
-traces, the clustering of the data-driven start, the kernel's init program) runs for
+falls back to, the clustering of the data-driven start, the kernel's init program) runs for
 milliseconds, so compiling it with :data:`ONE_OFF_COMPILER_OPTIONS`
 (``xla_backend_optimization_level=0`` and the CPU backend's classic emitters instead of its MLIR
 fusion emitters) saves more than it costs: on the README's model the discovery draw compiles in

@@ -88,8 +88,11 @@ def symmetrize(a):
     return _sym(a)
 
 
+@jax.jit
 def cholesky(a):
-    """Lower Cholesky factor of the (symmetrized) matrices ``a (..., n, n)``."""
+    """Lower Cholesky factor of the (symmetrized) matrices ``a (..., n, n)``.  Jitted: an eager
+    call (a model run outside ``jit``, e.g. model discovery) is one compiled program per shape
+    rather than one per operation."""
     return jnp.linalg.cholesky(_sym(a))
 
 
@@ -344,8 +347,10 @@ def data_moments(rows, valid):
     return mean, cov, n
 
 
+@jax.jit
 def regularize_scale(cov):
-    """``cov`` plus a small ridge (``1e-6`` of the mean variance, or 1 if that is 0) so it is PD."""
+    """``cov`` plus a small ridge (``1e-6`` of the mean variance, or 1 if that is 0) so it is PD.
+    Jitted (as :func:`cholesky`)."""
     D = cov.shape[-1]
     level = jnp.trace(cov) / D
     level = jnp.where(level > 0, level, 1.0)

@@ -1,7 +1,7 @@
 r"""Chinese-restaurant-franchise bookkeeping and auxiliary-variable hyperparameter updates.
 
-Shared by every sampler of the (sticky) HDP-HMM.  Notation (Fox et al. 2007, Sec. V-A, and
-``notes/sticky_hdp_hmm.md``): restaurant ``j`` is the state a transition leaves (the start row
+Shared by every sampler of the (sticky) HDP-HMM.  Notation (Fox et al. 2007, Sec. V-A; the
+paper's printed errors: ``docs/errata.md``, "Sticky HDP-HMM"): restaurant ``j`` is the state a transition leaves (the start row
 is one more restaurant, without self bias), ``n_jk`` the number of transitions ``j -> k``,
 ``m_jk`` the number of tables in restaurant ``j`` serving dish ``k``, ``w_j`` the number of
 override (sticky) tables in restaurant ``j``, ``mbar_jk`` the informative tables.

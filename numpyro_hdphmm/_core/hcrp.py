@@ -29,7 +29,7 @@ removal is deterministic: the chain on ``(states, m, w)`` has the marginal of th
 full seating.
 
 **The predictive** (RCD paper eqs. 31-32 with the printed typo corrected, ``mbar.. + gamma``
-not ``m_.k + gamma``, notes/rcd.md §1.2, §2.10 #1; with loyal customers)::
+not ``m_.k + gamma``, ``docs/errata.md`` "Restricted collapsed draw" item 1; with loyal customers)::
 
     p(x = k | restaurant j, s) = (n_jk + kappa [j = k < K] + alpha p_root(k)) / (n_j. + c_j)
     p_root(k) = mbar_.k / (mbar.. + gamma)   if mbar_.k > 0   (a served dish)
@@ -326,7 +326,7 @@ def root_weights(seating: Seating, gamma, weak_limit: bool = False):
     r"""``p_root(k)`` for every dish ``(K,)``: ``mbar_.k / (mbar.. + gamma)`` for a served dish,
     ``gamma / (mbar.. + gamma)`` for a label without informative tables (a new dish).  RCD
     paper eqs. 14-15 and 31-32 with the corrected denominator ``mbar.. + gamma`` (the paper
-    prints ``m_.k + gamma``, notes/rcd.md §2.10 #1).  ``weak_limit`` (static): the top level
+    prints ``m_.k + gamma``, ``docs/errata.md`` "Restricted collapsed draw" item 1).  ``weak_limit`` (static): the top level
     ``Dir(gamma/K)`` over the ``K`` labels integrated out, ``(mbar_.k + gamma/K) / (mbar.. +
     gamma)`` for every label (module docstring)."""
     dtype = jnp.result_type(gamma, float)

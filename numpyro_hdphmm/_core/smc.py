@@ -11,10 +11,10 @@ resampled and propagated as in an ordinary particle filter.
     ``a^i ~ Cat(W)`` independently, by inversion of the weights' CDF (the resampling the
     conditional SMC needs: the non-reference particles' ancestors are conditionally i.i.d., which
     is what makes the ancestor-sampling and final-selection weights below exact);
-``stratified_ancestors(u, log_w)``, ``systematic_ancestors(u, log_w, num)``
-    the lower-variance schemes of an unconditional particle filter (Kitagawa 1996; Carpenter,
-    Clifford & Fearnhead 1999), for plain SMC: the conditional SMC of particle Gibbs uses the
-    multinomial scheme, whose conditionally independent draws the ancestor-sampling weights assume;
+``systematic_ancestors(u, log_w, num)``
+    the lower-variance scheme of an unconditional particle filter (Carpenter, Clifford &
+    Fearnhead 1999), for plain SMC (the fully adapted filter below): the conditional SMC of
+    particle Gibbs uses the multinomial scheme, whose conditionally independent draws the ancestor-sampling weights assume;
 ``ancestor_sample(u, log_w, log_transition_to_reference)``
     the reference particle's new ancestor, ``P(a = i) ∝ w^i_{t-1} p(x'_t | x^i_{t-1})``
     (Lindsten et al. 2014, eq. 16 for a Markovian target);
@@ -49,7 +49,6 @@ __all__ = [
     "normalize_log_weights",
     "effective_sample_size",
     "multinomial_ancestors",
-    "stratified_ancestors",
     "systematic_ancestors",
     "ancestor_sample",
     "select_particle",
@@ -95,15 +94,6 @@ def multinomial_ancestors(u, log_w):
     Inverse CDF, ``O(M log N)``.  In the conditional SMC the ``N - 1`` non-reference particles
     draw their ancestors this way (Andrieu et al. 2010, the conditional SMC update)."""
     return _invert(_cumulative(log_w), u)
-
-
-def stratified_ancestors(u, log_w):
-    """Stratified resampling (Kitagawa 1996): ``M = u.shape[0]`` positions ``(m + 1 - u_m) / M``,
-    one uniform per stratum ``[m/M, (m+1)/M)``.  Each particle is drawn ``M W^i`` times in
-    expectation with a variance below the multinomial's.  ``(M,)`` int32, non-decreasing."""
-    num = u.shape[0]
-    positions = (jnp.arange(num, dtype=u.dtype) + u) / num  # u in (0, 1]: positions in (m/M, (m+1)/M]
-    return _invert(_cumulative(log_w), positions)
 
 
 def systematic_ancestors(u, log_w, num: int):

@@ -44,7 +44,6 @@ __all__ = [
     "mniw_log_predictive",
     "mniw_sample",
     "mniw_log_density",
-    "mvn_log_density",
     "mvt_log_density",
     "inverse_wishart_log_density",
     "sample_inverse_wishart",
@@ -196,13 +195,6 @@ def mniw_log_marginal(loc, col_precision, df, scale, stats: MNIWStats):
 
 
 # ---------------------------------------------------------------------------- densities
-def mvn_log_density(y, mean, chol):
-    """Gaussian log density ``log N(y | mean, L L^T)``: ``y, mean (..., D)``, ``chol (..., D, D)``."""
-    D = jnp.shape(y)[-1]
-    z = _tri_solve(chol, (y - mean)[..., None])[..., 0]
-    return -0.5 * jnp.sum(z * z, axis=-1) - 0.5 * logdet_from_cholesky(chol) - 0.5 * D * _LOG_2PI
-
-
 def mvt_log_density(y, loc, shape_chol, dof):
     """Multivariate Student-t log density with ``dof`` degrees of freedom, location ``loc`` and
     shape matrix ``S = L L^T`` (``shape_chol = L``)::

@@ -1,7 +1,7 @@
 r"""Dirichlet-process mixture emissions under the weak-limit approximation (Fox et al., Sec. VI).
 
 Model, for each HMM state ``k`` (Fox et al. eqs. 58-59 with the degree-``L'`` weak limit of
-eq. 64; ``notes/sticky_hdp_hmm.md`` §1.5-1.6)::
+eq. 64; the corrected eq. 63: ``docs/errata.md``, "Sticky HDP-HMM" item 2)::
 
     psi_k          ~ Dir(sigma/L', ..., sigma/L')          mixture weights over L' components  (64)
     theta_{k,j}    ~ H(lambda)                             j = 1..L', the base family's prior  (59)

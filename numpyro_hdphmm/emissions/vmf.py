@@ -8,7 +8,7 @@ Model, for each state ``k``::
 with the density ``vMF(x | mu, kappa) = C_d(kappa) exp(kappa mu^T x)`` on the unit sphere
 ``S^{d-1}`` (surface measure), ``C_d(kappa) = kappa^{d/2-1} / ((2 pi)^{d/2} I_{d/2-1}(kappa))``
 (Mardia & Jupp 2000, eq. 9.3.4).  The conjugate update, marginal likelihood and predictive are
-those of the dd-CRF supplement (notes/vmf.md §1.3-1.5): with the resultant
+those of the dd-CRF supplement (``docs/errata.md``, "Von Mises-Fisher"): with the resultant
 ``R = kappa_0 mu_0 + kappa sum_t x_t``, the posterior is ``vMF(R / ||R||, ||R||)``.
 
 Also provides :class:`VonMisesFisherDistribution`, a NumPyro distribution with Wood's (1994)
@@ -225,7 +225,7 @@ class VonMisesFisher(EmissionFamily):
         prior_mean: ``mu_0 (*batch, D)``, unit vector(s), ``D >= 2`` (rescaled to exactly unit
             norm; vectors off the sphere by more than 1e-4 are rejected).
         prior_concentration: ``kappa_0 > 0``, shape broadcasting with ``prior_mean.shape[:-1]``.
-            Small values (e.g. 1e-5 as in the dd-CRF supplement, notes/vmf.md §1.6) give an
+            Small values (e.g. 1e-5 as in the dd-CRF supplement's experiments) give an
             almost uniform prior over directions.
 
     Observations are unit vectors ``y (T, D)``; a row with any NaN is missing.  The parameter
@@ -334,11 +334,11 @@ class VonMisesFisher(EmissionFamily):
         return {"count": jnp.sum(weights, axis=0), "sum": s}
 
     def _resultant(self, stats):
-        """``R = kappa_0 mu_0 + kappa sum_t w_t x_t`` (notes/vmf.md §1.3): ``(K, D)``."""
+        """``R = kappa_0 mu_0 + kappa sum_t w_t x_t`` : ``(K, D)``."""
         return self.prior_concentration[..., None] * self.prior_mean + self.concentration * stats["sum"]
 
     def posterior(self, stats) -> "VonMisesFisher":
-        """``mu | x ~ vMF(R / ||R||, ||R||)`` (notes/vmf.md §1.3, eqs. 4-7); batch ``(K,)``.
+        """``mu | x ~ vMF(R / ||R||, ||R||)`` (the supplement's eqs. 4-7); batch ``(K,)``.
 
         Departure: where ``||R|| = 0`` (the resultant cancels exactly) the posterior is the
         uniform distribution; it is stored as concentration 0 with the prior mean direction.
@@ -351,7 +351,7 @@ class VonMisesFisher(EmissionFamily):
         return self.tree_unflatten((), (self.concentration, mu, kt))
 
     def log_marginal_likelihood(self, stats) -> jax.Array:
-        """``log C_d(kappa_0) + N log C_d(kappa) - log C_d(||R||)``: ``(K,)`` (notes/vmf.md §1.4).
+        """``log C_d(kappa_0) + N log C_d(kappa) - log C_d(||R||)``: ``(K,)``.
 
         Exact for fractional weights (``N = sum_t w_t``).
         """
@@ -366,8 +366,8 @@ class VonMisesFisher(EmissionFamily):
     def log_predictive(self, x, stats) -> jax.Array:
         """``log C_d(kappa) + log C_d(||R||) - log C_d(||R + kappa x||)``, ``x (D,)`` -> ``(K,)``.
 
-        notes/vmf.md §1.5 (the ratio of marginal likelihoods with and without ``x``; the
-        collapsed vMF predictive has no other closed form).
+        The ratio of marginal likelihoods with and without ``x`` (the collapsed vMF predictive
+        has no other closed form).
         """
         d = self.dim
         R = self._resultant(stats)

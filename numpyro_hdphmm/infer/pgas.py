@@ -1,6 +1,6 @@
 r"""Particle Gibbs with ancestor sampling for the infinite (sticky) HDP-HMM: Tripuraneni, Gu, Ge &
 Ghahramani (2015), "A linear-time particle Gibbs sampler for infinite hidden Markov models"
-(``notes/pgas.md`` lists the paper's typos, fixed here).
+(``docs/errata.md``, "Particle Gibbs", lists the paper's typos, fixed here).
 
 The sampler works on the model AS WRITTEN, ``beta ~ GEM(gamma)``, with the representation of
 the beam sampler (:mod:`numpyro_hdphmm.infer.beam`): ``K = max_states`` slots, the instantiated
@@ -347,7 +347,7 @@ def conditional_smc(rng_key, reference, graph: StateGraph, explicit, params, emi
 class ParticleGibbs(Algorithm):
     """Particle Gibbs with ancestor sampling (Tripuraneni et al. 2015) on the contract of
     :mod:`numpyro_hdphmm.infer.base` (module docstring): ``num_particles`` particles, proposal
-    ``"posterior"`` or ``"prior"``."""
+    ``"prior"`` (default, as :class:`PGAS`) or ``"posterior"``."""
 
     name = "PGAS"
     Info = PGASInfo
@@ -355,10 +355,10 @@ class ParticleGibbs(Algorithm):
         "beta": "stick-breaking as particles create states, then Dirichlet over (instantiated, rest) given the informative tables (Teh et al. eq. 37)",
         "trans": "stick-breaking as particles create states, then Dirichlet rows given the counts (Fox et al. eq. 37)",
         "states": "conditional SMC with ancestor sampling over the infinite state space (Tripuraneni et al. 2015)",
-        "params": "conjugate posterior given the states; new states integrated out per particle (conjugate) or from the prior",
+        "params": "conjugate posterior given the states; a state created in the sweep keeps explicit parameters drawn from the prior in its slot",
     }
 
-    def __init__(self, num_particles: int = 10, proposal: str = "posterior"):
+    def __init__(self, num_particles: int = 10, proposal: str = "prior"):
         self.num_particles = num_particles
         self.proposal = proposal
 

@@ -1,6 +1,6 @@
 r"""The restricted collapsed draw (RCD) for the HDP-HMM in its hierarchical Chinese-restaurant
 form ("Restricted collapsed draw: accurate sampling for hierarchical Chinese restaurant process
-hidden Markov models", arXiv:1106.0474, 2011; ``notes/rcd.md``).
+hidden Markov models", arXiv:1106.0474, 2011; its printed errors: ``docs/errata.md``).
 
 Everything is integrated out: the transition rows, the top-level weights ``beta`` and, for
 conjugate families, the emission parameters.  The state is the state sequences, the seating of
@@ -17,8 +17,9 @@ Metropolis-Hastings correction of the paper's Algorithm 1:
 3. add them in order, each seated by ``addCustomer`` (eq. 27), collecting ``r* = prod_l p(x*_l |
    s*_{l-1})`` (the predictive before each addition, eqs. 28-30);
 4. accept with probability ``min(1, r* / r_old * q(x_old) / q(x*))``; on rejection the exact
-   previous state is restored (:func:`settle`; re-adding the old draws would seat them from the
-   proposal of the seating instead of its conditional, which the paper shows is wrong).  The
+   previous state is restored (a select of the whole old state; re-adding the old draws would
+   seat them from the proposal of the seating instead of its conditional, which the paper shows
+   is wrong).  The
    step-wise modes write nothing before the decision: the moves run on a pending seating
    (:func:`~numpyro_hdphmm._core.hcrp.pending`) and the move is written only if accepted, once
    per large array (:func:`~numpyro_hdphmm._core.hcrp.commit`, :mod:`numpyro_hdphmm._core.ordering`),
@@ -92,7 +93,7 @@ from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_swee
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["RCDSampler", "RCD", "RCDState", "RCDInfo", "MODES", "SweepResult", "single_step_sweep", "block_sweep",
-           "settle", "reseat_with_concentrations"]
+           "reseat_with_concentrations"]
 
 MODES = ("stepwise", "slice", "blocked", "beam")
 _SEATING_KWARG = "_rcd_seating"
@@ -130,27 +131,6 @@ class SweepResult(NamedTuple):
     accepted: jax.Array
     attempted: jax.Array
     overflow: jax.Array
-
-
-class Move(NamedTuple):
-    """One move's restriction, as :func:`settle` sees it: the first step ``start`` and number of
-    steps ``length`` of the block, the block's old labels ``old (B,)``, and the uniforms of the
-    additions ``u_add (B + 1, 2)`` (row ``l``: step ``start + l``; row ``length``: the exit)."""
-
-    start: jax.Array
-    length: jax.Array
-    old: jax.Array
-    u_add: jax.Array
-
-
-def settle(accepted, proposed: CollapsedState, restore, removed: CollapsedState, move: Move) -> CollapsedState:
-    """The state after the MH decision (RCD paper Alg. 1, last lines): the proposal if
-    ``accepted``, else the exact previous state, given back by ``restore(keep)`` (a select of the
-    whole old state).  ``removed`` (the state without the
-    move's customers) and ``move`` are what a variant that re-seats the old draws would need;
-    the paper shows that variant is wrong (the seating of the old draws would then follow the
-    proposal of the seating instead of its conditional)."""
-    return restore(accepted)
 
 
 # ------------------------------------------------------------------------ one step at a time
@@ -370,7 +350,6 @@ def _block_move(key, state: CollapsedState, ctx: Context, statistics, start, len
 
     # 1. remove the block's customers (Alg. 6)
     state, r_old = franchise.remove_run(state, ctx, statistics, start, length, u_rem, offset=start)
-    removed = state
 
     # 2. propose by FFBS on pi-hat and F of s0 over its states and one new state (eq. 34)
     active = state.occupancy > 0
@@ -419,8 +398,7 @@ def _block_move(key, state: CollapsedState, ctx: Context, statistics, start, len
     enough = num_new <= jnp.sum(~active)
     log_ratio = r_new - r_old + log_q_ratio
     accepted = franchise.is_valid(state) & enough & ~table_overflow & (jnp.log(random.uniform(k_acc, (), dtype)) < log_ratio)
-    state = settle(accepted, state, lambda keep: franchise.select(keep, state, snapshot), removed,
-                   Move(start, length, old, u_add))
+    state = franchise.select(accepted, state, snapshot)  # the exact old state on rejection (step 4 above)
     return state, accepted, ~has_free | ~enough | table_overflow
 
 

@@ -1,5 +1,5 @@
 r"""Split-merge moves on the collapsed HDP-HMM (RCD paper Sec. 4.4, Algs. 9-10, reconstructed in
-``notes/rcd.md`` §2.6; after Jain & Neal 2000 and Dahl's sequentially-allocated merge-split).
+``docs/errata.md`` "Restricted collapsed draw" item 7; after Jain & Neal 2000 and Dahl's sequentially-allocated merge-split).
 
 A move acts on the franchise's seating and emission statistics
 (:class:`~numpyro_hdphmm.infer.franchise.CollapsedState`), with everything integrated out: the

@@ -16,7 +16,7 @@ over ``L = max_states`` states (Fox et al. eqs. 38-41; Ishwaran & Zarepour 2002)
 3. the global step given the states (:func:`numpyro_hdphmm._core.crp.sample_global`): tables,
    overrides, informative tables with the rows integrated out (Alg. 1 step 3, eqs. 31-35), the
    exact auxiliary-variable updates of the recognized hyperparameter sites (eqs. 50-56, App. III,
-   with the corrections of ``notes/sticky_hdp_hmm.md`` §3 and the exact weak-limit form of the
+   with the corrections listed in ``docs/errata.md`` ("Sticky HDP-HMM") and the exact weak-limit form of the
    ``gamma`` update, :func:`~numpyro_hdphmm._core.crp.resample_gamma_weak_limit`),
    ``beta | mbar, gamma ~ Dir(gamma/L + mbar_.k)`` (eq. 41) and the rows
    ``pi_j | z, beta ~ Dir(alpha beta + kappa e_j + n_j.)``, start row ``Dir(alpha beta + n_0.)``;

@@ -16,7 +16,7 @@ from numpyro import handlers
 from numpyro.infer import MCMC
 from scipy.special import gammaln
 
-from numpyro_hdphmm._core import partition
+import partition_oracle as partition
 from numpyro_hdphmm._core import random as draws
 
 
@@ -191,7 +191,7 @@ def geweke_z_scores(kernel, model, statistics, num_steps, num_iterations, num_pr
 
 
 # --------------------------------------------------------------- exact infinite HDP-HMM prior
-# The exact partition prior lives in the package (numpyro_hdphmm._core.partition: the restricted
+# The exact partition prior is the test oracle tests/infer/partition_oracle.py (the restricted
 # collapsed draw keeps the same table counts); the names below are the tests' shorthands.
 restricted_growth_strings = partition.restricted_growth_strings
 infinite_transition_counts = partition.transition_counts
@@ -335,7 +335,7 @@ def _table_choices(n, first, kappa):
 
 def log_joint_tables(n, first, m, w, gamma, alpha, kappa):
     """``log p(partition, m, w)`` under the sticky HDP-HMM's franchise: the summand of
-    :func:`numpyro_hdphmm._core.partition.log_prior_counts` (``-inf`` when a state has no
+    :func:`partition_oracle.log_prior_counts` (``-inf`` when a state has no
     informative table)."""
     num_states = n.shape[0]
     counts = np.concatenate([n, first[None]], 0)

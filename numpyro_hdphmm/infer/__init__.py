@@ -29,12 +29,14 @@ from numpyro_hdphmm.infer.pgas import PGAS
 from numpyro_hdphmm.infer.rcd import RCDSampler
 from numpyro_hdphmm.infer.sharding import sequence_mesh
 from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
-from numpyro_hdphmm.infer.collapsed_svi import CollapsedSVI, CollapsedSVIState, RobbinsMonro
+from numpyro_hdphmm.infer.collapsed_svi import CollapsedELBO, CollapsedGuide, CollapsedSVI, CollapsedSVIState, RobbinsMonro
 
 __all__ = [
     "Algorithm",
     "BeamSampler",
     "CollapsedSVI",
+    "CollapsedGuide",
+    "CollapsedELBO",
     "CollapsedSVIState",
     "DirectAssignmentGibbs",
     "Explicit",

@@ -15,10 +15,22 @@ from numpyro_hdphmm.distributions import (
     StickyHDPHMM,
 )
 
-__all__ = ["sample", "HDP_ROLE", "DEFAULT_NUM_STEPS"]
+__all__ = ["sample", "HDP_ROLE", "DEFAULT_NUM_STEPS", "NOT_ENUMERABLE"]
 
 #: key of ``site["infer"]`` under which every site declared here records its role
 HDP_ROLE = "hdphmm_role"
+
+
+#: ``infer["enumerate"]`` of the states site: not a mode of enumeration but the reason there is
+#: none, which NumPyro's gradient-based algorithms (NUTS, HMC, SA, autoguides) print when they
+#: refuse the discrete site ("... But the site y_states is marked as '<this>'")
+NOT_ENUMERABLE = (
+    "none: the HDP-HMM state sequence of numpyro_hdphmm.sample cannot be enumerated or sampled by NUTS/HMC or an "
+    "autoguide; sample it with MCMC(nh.infer.WeakLimitGibbs(model)) (or BeamSampler, DirectAssignmentGibbs, PGAS, "
+    "RCDSampler; your other sites get an inner NUTS), fit it with SVI(model, nh.infer.CollapsedGuide(model), optim, "
+    "nh.infer.CollapsedELBO()) or nh.infer.CollapsedSVI, or, for a finite HMM, sum the states out with "
+    "nh.HiddenMarkovModel (NUTS, SVI)"
+)
 
 
 #: the length of the sequence ``sample`` draws without ``obs`` when neither ``num_steps`` nor
@@ -215,10 +227,10 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
 
     chain = MarkovChain(trans[num_states], trans[:num_states], num_steps, lengths=lengths)
     if num_sequences is None:
-        states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"]))
+        states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE))
     else:
         with numpyro.plate("sequence", num_sequences, dim=-1):
-            states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"]))
+            states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE))
     if obs is None:  # under Predictive the states are the posterior draws: their layout decides
         num_sequences, num_steps = _layout_from_draws(name, hmm, states, raw_lengths)
     if num_sequences is None:

@@ -88,6 +88,7 @@ __all__ = [
     "SCVIConfig",
     "Minibatch",
     "PredictiveLogLikelihood",
+    "Convergence",
     "Stratum",
     "length_strata",
     "scvi_init",
@@ -347,6 +348,32 @@ def plug_in_hmm(state_or_params, config: SCVIConfig):
 
 
 # ================================================================================ results
+class Convergence(NamedTuple):
+    """Result of :meth:`CollapsedSVI.convergence`.
+
+    converged : bool  ``relative_change < rtol``
+    relative_change : float  ``|mean(last window) - mean(window before)| / |mean(window before)|``
+        of the losses (NaN with fewer than two windows)
+    window : int  updates per window (default: one pass over the data)
+    num_steps : int  updates made
+    states_used : int or None  states holding at least 1% of the expected steps (``E[C]``'s columns)
+    rtol : float
+    """
+
+    converged: bool
+    relative_change: float
+    window: int
+    num_steps: int
+    states_used: Optional[int]
+    rtol: float
+
+    def __str__(self):
+        used = "" if self.states_used is None else f", {self.states_used} states hold >= 1% of the steps"
+        verdict = "converged" if self.converged else "NOT converged (run more steps, or pass init_state= to continue)"
+        return (f"{verdict}: the mean loss of the last {self.window} updates changed by {self.relative_change:.2e} "
+                f"(relative; rtol {self.rtol:g}) after {self.num_steps} updates{used}")
+
+
 class PredictiveLogLikelihood(NamedTuple):
     """Result of :meth:`CollapsedSVI.predictive_log_likelihood`.
 
@@ -761,7 +788,7 @@ class CollapsedSVI:
         return fn
 
     def run(self, rng_key, num_steps: int, *args, progress_bar: bool = True, init_state: Optional[CollapsedSVIState] = None,
-            **kwargs) -> SVIRunResult:
+            tol: Optional[float] = None, **kwargs) -> SVIRunResult:
         """``num_steps`` updates over minibatches of about ``batch_size`` sequences of the data ``args``
         / ``kwargs`` (every sequence once per pass of about ``N / M`` updates, in a fresh random order
         each pass): ``SVIRunResult(params, state, losses)`` like :meth:`numpyro.infer.SVI.run`,
@@ -772,9 +799,18 @@ class CollapsedSVI:
         ``M_b ~ M N_b / N`` sequences weighted by ``N_b / M_b``, so that sentences of 20 words are not
         padded to the longest one.  With ``progress_bar`` a compiled update per step (``tqdm``, as
         ``SVI.run``), otherwise one ``lax.scan``.  ``init_state`` continues a previous run (the
-        order of the minibatches continues too)."""
+        order of the minibatches continues too).
+
+        ``tol`` (stopping rule): run pass by pass (``ceil(N / M)`` updates, one compiled chunk each)
+        and stop, before ``num_steps``, after the first pass whose mean loss changed by less than
+        ``tol`` relative to the previous pass's (:meth:`convergence`); the result holds the updates
+        made.  The chunks continue one another exactly (the same updates as one run)."""
         if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
             raise ValueError(f"`num_steps` must be a positive integer, got {num_steps!r}.")
+        if tol is not None:
+            if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):
+                raise ValueError(f"`tol` must be a positive number (a relative change of the loss per pass), got {tol!r}.")
+            return self._run_until(rng_key, int(num_steps), args, kwargs, progress_bar, init_state, float(tol))
         if init_state is None or self._config is None:
             fresh = self.init(rng_key, *args, **kwargs)
             state = fresh if init_state is None else init_state
@@ -812,6 +848,49 @@ class CollapsedSVI:
             carry, losses = scan((state, first(state)), strata, self._emission)
         state = carry[0]
         return SVIRunResult(self.get_params(state), state, losses)
+
+    def _pass_length(self, state: CollapsedSVIState) -> int:
+        N = int(np.asarray(state.num_sequences))
+        return max(-(-N // (self._batch_size or N)), 1)
+
+    def _run_until(self, rng_key, num_steps, args, kwargs, progress_bar, init_state, tol):
+        """:meth:`run` with the stopping rule ``tol``: one pass per chunk."""
+        state, losses, done = init_state, [], 0
+        window = None
+        while done < num_steps:
+            if state is None:
+                state = self.init(rng_key, *args, **kwargs)
+            window = window or self._pass_length(state)
+            chunk = min(window, num_steps - done)
+            result = self.run(rng_key, chunk, *args, progress_bar=progress_bar, init_state=state, **kwargs)
+            state, done = result.state, done + chunk
+            losses.append(np.asarray(result.losses))
+            if self.convergence(np.concatenate(losses), window=window, rtol=tol).converged:
+                break
+        return SVIRunResult(self.get_params(state), state, jnp.asarray(np.concatenate(losses)))
+
+    def convergence(self, result, window: Optional[int] = None, rtol: float = 1e-3) -> "Convergence":
+        """Convergence report of a run (:class:`Convergence`): the mean loss (negative ELBO
+        estimate) of the last ``window`` updates (default: one pass, ``ceil(N / M)`` updates)
+        against the ``window`` before, converged when the relative change is below ``rtol``; and
+        the states in use, those whose expected share of the steps (the columns of ``E[C]``) is
+        at least 1%.  ``result``: the ``SVIRunResult`` of :meth:`run`, or an array of losses (no
+        state count then)."""
+        losses = np.asarray(getattr(result, "losses", result), float)
+        state = getattr(result, "state", None)
+        if window is None:
+            window = self._pass_length(state) if isinstance(state, CollapsedSVIState) else max(losses.size // 10, 1)
+        window = max(int(window), 1)
+        change = float("nan")
+        if losses.size >= 2 * window:
+            last, before = losses[-window:].mean(), losses[-2 * window:-window].mean()
+            change = abs(last - before) / max(abs(before), np.finfo(float).tiny)
+        used = None
+        if isinstance(state, CollapsedSVIState):
+            share = np.asarray(state.transition_counts).sum(0)
+            share = share / max(share.sum(), np.finfo(float).tiny)
+            used = int(np.sum(share >= 0.01))
+        return Convergence(bool(change < rtol), change, window, int(losses.size), used, float(rtol))
 
     # ------------------------------------------------------------------ parameters
     def get_params(self, state: CollapsedSVIState) -> dict:
@@ -1151,6 +1230,11 @@ class CollapsedGuide:
         """:meth:`CollapsedSVI.sample_posterior` with ``params = guide.get_params(svi_result.state)``."""
         return self.fitter.sample_posterior(rng_key, self._fitter_params(params), *args, num_samples=num_samples,
                                             **kwargs)
+
+    def convergence(self, svi_result: SVIRunResult, window: Optional[int] = None, rtol: float = 1e-3) -> Convergence:
+        """:meth:`CollapsedSVI.convergence` of the ``SVIRunResult`` of ``svi.run``."""
+        state = self.get_params(svi_result.state)[STATE_SITE].state
+        return self.fitter.convergence(SVIRunResult(None, state, svi_result.losses), window, rtol)
 
     def to_inference_data(self, svi_result: SVIRunResult, *args, num_samples: int = 500, rng_key=None, **kwargs):
         """:meth:`CollapsedSVI.to_inference_data` of the ``SVIRunResult`` of ``svi.run``."""

@@ -402,6 +402,9 @@ def test_recovery_finite_hmm_minibatches(simulated):
     assert isinstance(best.state, CollapsedSVIState) and best.losses.shape == (60,)
     paths = np.asarray(svi.viterbi(best.params, y, lengths))
     assert hamming_after_matching(z, paths, lengths) < 0.07
+    report = svi.convergence(best)  # one pass = 3 updates; the three states in use
+    assert report.window == 3 and report.num_steps == 60 and report.states_used == 3
+    assert np.isfinite(report.relative_change) and ("NOT converged" in str(report)) != report.converged
     held_out = svi.predictive_log_likelihood(best.params, y_test, len_test)
     assert int(held_out.num_observed) == int(np.sum(len_test))
     assert abs(float(held_out.per_token) - true_per_token(y_test, len_test, truth)) < 0.03
@@ -665,3 +668,18 @@ def test_numpyro_svi_run_stable_update_minibatch_and_draws(numpyro_svi, simulate
     draws = Predictive(sim_model, guide=guide, params=params, num_samples=2, return_sites=["y_states", "y_probs"])(
         jax.random.key(2), y, lengths)
     assert draws["y_states"].shape == (2,) + y.shape and draws["y_probs"].shape[0] == 2
+
+
+def test_convergence_report_and_stopping_rule_on_losses(fitted_setup, simulated):
+    """``CollapsedSVI.convergence``: the relative change of the mean loss over the last window
+    against the window before (NaN and not converged with fewer than two windows); ``run(tol=)``
+    refuses a non-positive tolerance."""
+    svi = fitted_setup[0]
+    (y, lengths, _, _), _ = simulated
+    flat = svi.convergence(np.r_[np.full(4, 100.0), np.full(4, 100.05)], window=4, rtol=1e-3)
+    assert flat.converged and abs(flat.relative_change - 5e-4) < 1e-12 and flat.states_used is None
+    moving = svi.convergence(np.r_[np.full(4, 100.0), np.full(4, 90.0)], window=4, rtol=1e-3)
+    assert not moving.converged and abs(moving.relative_change - 0.1) < 1e-12
+    assert not svi.convergence(np.ones(5), window=4).converged
+    with pytest.raises(ValueError, match="`tol`"):
+        svi.run(jax.random.key(0), 5, y, lengths, tol=0.0)

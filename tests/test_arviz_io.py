@@ -258,7 +258,7 @@ def test_custom_emission_round_trip():
     mcmc.run(jax.random.key(0), y)
     samples = mcmc.get_samples()
     backend = _backend()
-    data = nh.to_inference_data(mcmc, backend=backend)
+    data = nh.to_inference_data(mcmc, backend=backend, log_likelihood="conditional")
     if backend == "arviz":
         posterior, log_lik = data.posterior, data.log_likelihood
     else:

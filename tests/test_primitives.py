@@ -159,8 +159,12 @@ def test_gradient_based_numpyro_tools_point_to_the_package():
     from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
     from numpyro.infer.autoguide import AutoNormal
 
-    y = np.random.default_rng(0).normal(size=(12, 2))
-    model = make_model()
+    y = np.array([0, 3, 1, 2, 0])
+
+    def model(y):
+        kappa = numpyro.sample("kappa", dist.Gamma(5.0, 1.0))
+        nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, kappa, nh.emissions.Poisson(), max_states=2), obs=y)
+
     with pytest.raises(RuntimeError, match=r"y_states.*nh\.infer\.WeakLimitGibbs.*CollapsedGuide.*HiddenMarkovModel"):
         MCMC(NUTS(model), num_warmup=1, num_samples=1, progress_bar=False).run(jax.random.key(0), y)
     with pytest.raises(RuntimeError, match=r"y_states.*nh\.infer\.WeakLimitGibbs"):

@@ -668,6 +668,13 @@ def test_numpyro_svi_run_stable_update_minibatch_and_draws(numpyro_svi, simulate
     draws = Predictive(sim_model, guide=guide, params=params, num_samples=2, return_sites=["y_states", "y_probs"])(
         jax.random.key(2), y, lengths)
     assert draws["y_states"].shape == (2,) + y.shape and draws["y_probs"].shape[0] == 2
+    assert guide.convergence(run).num_steps == 3 and guide.convergence(run).window == 3
+    # the stopping rule: pass by pass (3 updates), stopped after the second pass (the first change
+    # is below a huge tol), the same updates as one run of 6
+    stopped = guide.fitter.run(jax.random.key(1), 30, y, lengths, init_state=carry.state, progress_bar=False, tol=1e9)
+    six = guide.fitter.run(jax.random.key(1), 6, y, lengths, init_state=carry.state, progress_bar=False)
+    assert stopped.losses.shape == (6,) and _same(stopped.state, six.state)
+    np.testing.assert_array_equal(np.asarray(stopped.losses), np.asarray(six.losses))
 
 
 def test_convergence_report_and_stopping_rule_on_losses(fitted_setup, simulated):

@@ -226,11 +226,12 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     params = hmm.emission.sample_sites(name, num_states)
 
     chain = MarkovChain(trans[num_states], trans[:num_states], num_steps, lengths=lengths)
+    states_infer = role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE)
     if num_sequences is None:
-        states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE))
+        states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
     else:
         with numpyro.plate("sequence", num_sequences, dim=-1):
-            states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE))
+            states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
     if obs is None:  # under Predictive the states are the posterior draws: their layout decides
         num_sequences, num_steps = _layout_from_draws(name, hmm, states, raw_lengths)
     if num_sequences is None:

@@ -14,8 +14,9 @@ angles; the data preparation, the MNIW emission prior and the chunk initializati
 **Model comparison.**  ``nh.to_inference_data(mcmc, log_likelihood="marginal")`` stores, per draw,
 the one-step-ahead terms ``log p(y_t | y_{<t}, pi, theta)`` with the states summed out (one per
 observed frame; the padding of the six sequences is not counted), and ``az.compare`` ranks the
-models by PSIS-LOO on them.  The default ``log_likelihood=True`` would give ``log f(y_t |
-theta_{z_t})`` at each draw's sampled states instead: conditional on a segmentation fitted to
+models by PSIS-LOO on them (``"marginal"`` is the default, written out here).
+``log_likelihood="conditional"`` (and ``az.from_numpyro``, with the padding counted) would give
+``log f(y_t | theta_{z_t})`` at each draw's sampled states instead: conditional on a segmentation fitted to
 the same frames, it rewards models that cut the data finely and does not compare HMMs with
 different state structures on the same footing.
 

@@ -160,7 +160,7 @@ def _observed_only(values, observed, template):
     )
 
 
-def to_inference_data(mcmc, *, backend=None, log_likelihood=True, relabel=False, name: Optional[str] = None,
+def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=False, name: Optional[str] = None,
                       extra_sites: Sequence[str] = (), **kwargs):
     r"""Convert a finished :class:`numpyro.infer.MCMC` run of an HDP-HMM model for ArviZ.
 
@@ -182,18 +182,20 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood=True, relabel=False,
       steps of one sequence, else ``(chain, draw, observation)`` with ``sequence`` and ``time``
       coordinates.  Which log-likelihood:
 
-      - ``log_likelihood=True`` or ``"conditional"`` (the default, what ``az.loo``/``az.waic``
-        see unless asked otherwise): NumPyro's ``log f(y_t | theta_{z_t})`` at each draw's
-        SAMPLED states, i.e. conditional on the state path, which was itself fitted to ``y_t``.
-        It measures the fit given the segmentation; PSIS-LOO on it is optimistic and
-        models with different state structures are not compared on the same footing.
-      - ``"marginal"``: the states summed out, ``log p(y_t | y_{<t}, pi, theta)`` per draw, the
-        forward filter's one-step-ahead normalizers (:func:`numpyro_hdphmm.marginal_log_likelihood`;
-        their sum is the marginal likelihood ``log p(y | pi, theta)``).  Use this one to compare
-        HMMs (sticky vs. non-sticky, finite vs. nonparametric) with ``az.loo``/``az.compare``.
-        The terms are one-step-ahead predictives, not conditionally independent given the
-        parameters, so PSIS-LOO on them is leave-future-out in spirit: each step is predicted
-        from its past, with the parameters fitted to the rest.
+      - ``"marginal"`` or ``True`` (the default, what ``az.loo``/``az.compare`` see): the states
+        summed out, ``log p(y_t | y_{<t}, pi, theta)`` per draw, the forward filter's one-step-ahead
+        normalizers (:func:`numpyro_hdphmm.marginal_log_likelihood`; their sum is the marginal
+        likelihood ``log p(y | pi, theta)``).  This is the one to compare HMMs (sticky vs.
+        non-sticky, finite vs. nonparametric) with ``az.loo``/``az.compare``.  The terms are
+        one-step-ahead predictives, not conditionally independent given the parameters, so
+        PSIS-LOO on them is leave-future-out in spirit: each step is predicted from its past,
+        with the parameters fitted to the rest.  It costs one forward filter per draw.
+      - ``"conditional"``: NumPyro's ``log f(y_t | theta_{z_t})`` at each draw's SAMPLED states,
+        i.e. conditional on the state path, which was itself fitted to ``y_t`` (what
+        ``az.from_numpyro(mcmc)`` computes, there with the padded steps counted too).  It
+        measures the fit given the segmentation; PSIS-LOO on it is optimistic and models with
+        different state structures are not compared on the same footing (the sticky versus
+        non-sticky ranking can flip).
       - ``False``: no log-likelihood group.
 
     Args:
@@ -202,8 +204,10 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood=True, relabel=False,
             as ArviZ reads them (``mcmc.sampler.model``, ``mcmc._args``, ``mcmc._kwargs``).
         backend: ``None`` (default: ArviZ 0.x when ``arviz < 1`` is installed, else
             ``arviz_base``), ``"arviz"`` or ``"arviz_base"``.
-        log_likelihood: ``True``/``"conditional"``, ``"marginal"`` or ``False`` (above).  ``True``
-            with both backends (ArviZ 1.x's own default is ``False``).
+        log_likelihood: ``"marginal"``/``True`` (default), ``"conditional"`` or ``False`` (above),
+            with both backends (ArviZ 1.x's own default is ``False``).  A model without an
+            HDP-HMM of :func:`numpyro_hdphmm.sample` gets ``from_numpyro``'s log-likelihood of its
+            observed sites (unless ``False``).
         relabel: ``False``, ``True`` or a reference labelling (above).
         name: the HDP-HMM's name (default: found from the samples).
         extra_sites: the user's own state-indexed sites (custom emissions), for ``relabel``.
@@ -220,16 +224,16 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood=True, relabel=False,
     _, from_numpyro = _resolve_backend(backend)
     if log_likelihood not in (True, False, "conditional", "marginal"):
         raise ValueError(f"`log_likelihood` must be True, False, 'conditional' or 'marginal', got {log_likelihood!r}.")
-    conditional = log_likelihood is True or log_likelihood == "conditional"
+    conditional = log_likelihood == "conditional"
     samples = mcmc.get_samples(group_by_chain=True)
     name = _hdp_name(samples, name)
     if name is None:
-        if log_likelihood == "marginal" or relabel is not False:
+        if relabel is not False:
             raise ValueError(
-                "`log_likelihood='marginal'` and `relabel` need an HDP-HMM declared with numpyro_hdphmm.sample; the "
+                "`relabel` needs an HDP-HMM declared with numpyro_hdphmm.sample; the "
                 f"samples hold none (no '<name>_trans' with '<name>_beta' among {sorted(samples)})."
             )
-        return from_numpyro(mcmc, log_likelihood=conditional, **kwargs)
+        return from_numpyro(mcmc, log_likelihood=log_likelihood is not False, **kwargs)
 
     model, model_args, model_kwargs = mcmc.sampler.model, tuple(mcmc._args), dict(mcmc._kwargs)
     trace = _trace(model, {k: v[0, 0] for k, v in samples.items()}, model_args, model_kwargs)

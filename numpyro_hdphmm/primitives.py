@@ -15,10 +15,22 @@ from numpyro_hdphmm.distributions import (
     StickyHDPHMM,
 )
 
-__all__ = ["sample", "HDP_ROLE", "DEFAULT_NUM_STEPS"]
+__all__ = ["sample", "HDP_ROLE", "DEFAULT_NUM_STEPS", "NOT_ENUMERABLE"]
 
 #: key of ``site["infer"]`` under which every site declared here records its role
 HDP_ROLE = "hdphmm_role"
+
+
+#: ``infer["enumerate"]`` of the states site: not a mode of enumeration but the reason there is
+#: none, which NumPyro's gradient-based algorithms (NUTS, HMC, SA, autoguides) print when they
+#: refuse the discrete site ("... But the site y_states is marked as '<this>'")
+NOT_ENUMERABLE = (
+    "none: the HDP-HMM state sequence of numpyro_hdphmm.sample cannot be enumerated or sampled by NUTS/HMC or an "
+    "autoguide; sample it with MCMC(nh.infer.WeakLimitGibbs(model)) (or BeamSampler, DirectAssignmentGibbs, PGAS, "
+    "RCDSampler; your other sites get an inner NUTS), fit it with SVI(model, nh.infer.CollapsedGuide(model), optim, "
+    "nh.infer.CollapsedELBO()) or nh.infer.CollapsedSVI, or, for a finite HMM, sum the states out with "
+    "nh.HiddenMarkovModel (NUTS, SVI)"
+)
 
 
 #: the length of the sequence ``sample`` draws without ``obs`` when neither ``num_steps`` nor
@@ -89,9 +101,10 @@ def _sequence_layout(hmm: StickyHDPHMM, obs, lengths):
         num_steps = hmm.num_steps
         if lengths is None:
             return None, None, num_steps or DEFAULT_NUM_STEPS, None
+        raw = lengths  # NumPy / list lengths stay concrete under Predictive's vmap (their int32 copy does not)
         lengths = _check_lengths(lengths, num_steps, None)
         if num_steps is None:
-            num_steps = int(np.max(np.asarray(lengths))) if is_concrete(lengths) else DEFAULT_NUM_STEPS
+            num_steps = int(np.max(np.asarray(raw))) if is_concrete(raw) else DEFAULT_NUM_STEPS
         return None, lengths.shape[0], num_steps, lengths
     obs = as_data_array("obs", obs)
     shape = tuple(jnp.shape(obs))
@@ -135,6 +148,33 @@ def _sequence_layout(hmm: StickyHDPHMM, obs, lengths):
     return obs, (shape[0] if batched else None), num_steps, lengths
 
 
+def _layout_from_draws(name, hmm, states, lengths):
+    """``(num_sequences or None, num_steps)`` of the sequences to draw without ``obs``, read from the
+    ``{name}_states`` value (under ``Predictive`` the posterior draws: ``(T,)`` one sequence,
+    ``(N, T)`` several); a ``ValueError`` names the argument when the draws and the arguments
+    disagree."""
+    shape = tuple(jnp.shape(states))
+    if len(shape) not in (1, 2):
+        raise ValueError(f"'{name}_states' must have shape (T,) or (N, T) (one or several sequences), got {shape}.")
+    draws_steps = shape[-1]
+    if hmm.num_steps is not None and hmm.num_steps != draws_steps:
+        raise ValueError(
+            f"`num_steps`={hmm.num_steps} of the {type(hmm).__name__} disagrees with the posterior draws of "
+            f"'{name}_states' ({draws_steps} steps, shape {shape}): pass num_steps={draws_steps} (or None) for "
+            "replicates of the observed sequences; nh.forecast continues them past their end.")
+    if lengths is not None:
+        if len(shape) != 2 or shape[0] != np.shape(lengths)[0]:
+            raise ValueError(
+                f"`lengths` holds {np.shape(lengths)[0]} sequence length(s) but the draws of '{name}_states' have shape "
+                f"{shape} ({'one sequence' if len(shape) == 1 else f'{shape[0]} sequences'}): pass the `lengths` of "
+                "the observed sequences the draws belong to (or lengths=None).")
+        if is_concrete(lengths) and np.max(np.asarray(lengths)) > draws_steps:
+            raise ValueError(
+                f"`lengths` (max {int(np.max(np.asarray(lengths)))}) exceeds the {draws_steps} steps of the draws of "
+                f"'{name}_states': pass the `lengths` of the observed sequences the draws belong to.")
+    return (shape[0] if len(shape) == 2 else None), draws_steps
+
+
 def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     r"""Declare the HDP-HMM ``hmm`` in a NumPyro model, with its latent structure as sites.
 
@@ -162,7 +202,11 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
 
     Without ``obs`` (prior predictive, ``Predictive``) a sequence of ``hmm.num_steps`` steps is
     drawn, or of ``max(lengths)`` steps with ``lengths``, or of :data:`DEFAULT_NUM_STEPS` (100)
-    steps when neither is given (a model written for data, run as ``model(None)``).  The time
+    steps when neither is given (a model written for data, run as ``model(None)``).  Given
+    posterior draws of ``{name}_states`` (``Predictive(model, samples)(key, None, ...)``), the
+    number of sequences and of steps are those of the draws (``(T,)`` one sequence, ``(N, T)``
+    several, padded steps ``t >= lengths[n]`` drawn too); ``lengths`` or ``num_steps`` that
+    disagree with the draws raise a ``ValueError`` naming them.  The time
     axis is a plate named ``"time"`` (sequences: ``"sequence"``) so that ArviZ labels the
     dimensions.  Every site carries ``infer={"hdphmm_role": ...}`` so kernels can find them.
 
@@ -172,6 +216,7 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
         raise ValueError(f"`hmm` must be a StickyHDPHMM or HDPHMM, got {type(hmm).__name__}.")
     if hmm.batch_shape != ():
         raise ValueError(f"`hmm` must have scalar hyperparameters (batch shape ()), got {hmm.batch_shape}.")
+    raw_lengths = lengths
     obs, num_sequences, num_steps, lengths = _sequence_layout(hmm, obs, lengths)
     num_states = hmm.max_states
     role = lambda r, **kw: {HDP_ROLE: r, "hdphmm_name": name, **kw}
@@ -181,13 +226,18 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     params = hmm.emission.sample_sites(name, num_states)
 
     chain = MarkovChain(trans[num_states], trans[:num_states], num_steps, lengths=lengths)
+    states_infer = role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE)
     if num_sequences is None:
-        states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"]))
+        states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
+    else:
+        with numpyro.plate("sequence", num_sequences, dim=-1):
+            states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
+    if obs is None:  # under Predictive the states are the posterior draws: their layout decides
+        num_sequences, num_steps = _layout_from_draws(name, hmm, states, raw_lengths)
+    if num_sequences is None:
         with numpyro.plate("time", num_steps, dim=-1):
             y = numpyro.sample(name, EmissionLikelihood(hmm.emission, params, states), obs=obs, infer=role("obs"))
     else:
-        with numpyro.plate("sequence", num_sequences, dim=-1):
-            states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"]))
         with numpyro.plate("sequence", num_sequences, dim=-2), numpyro.plate("time", num_steps, dim=-1):
             y = numpyro.sample(
                 name, EmissionLikelihood(hmm.emission, params, states, lengths), obs=obs, infer=role("obs")

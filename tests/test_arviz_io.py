@@ -128,7 +128,7 @@ def _arviz0():
 def test_arviz_0x_inference_data(run):
     az = _arviz0()
     mcmc, samples, replicates = run
-    idata = nh.to_inference_data(mcmc, posterior_predictive=replicates)
+    idata = nh.to_inference_data(mcmc, posterior_predictive=replicates, log_likelihood="conditional")
     assert isinstance(idata, az.InferenceData)
     _check_groups(idata.posterior, idata.log_likelihood, idata.sample_stats, idata.observed_data,
                   idata.posterior_predictive, samples)
@@ -144,7 +144,7 @@ def test_arviz_1x_datatree(run):
     import xarray as xr
 
     mcmc, samples, replicates = run
-    tree = nh.to_inference_data(mcmc, backend="arviz_base", posterior_predictive=replicates)
+    tree = nh.to_inference_data(mcmc, backend="arviz_base", posterior_predictive=replicates, log_likelihood="conditional")
     assert isinstance(tree, xr.DataTree)
     _check_groups(*(tree[g].dataset for g in ("posterior", "log_likelihood", "sample_stats", "observed_data",
                                               "posterior_predictive")), samples)
@@ -170,6 +170,26 @@ def test_marginal_log_likelihood_sums_to_the_marginal_likelihood(run):
         np.testing.assert_allclose(per_seq, exact, rtol=1e-10)
     with pytest.raises(ValueError, match="log_likelihood"):
         nh.to_inference_data(mcmc, log_likelihood="joint")
+
+
+def test_default_log_likelihood_is_states_summed_out(run):
+    """Issue 42: ``nh.to_inference_data(mcmc)`` (the README's route) stores the states-summed-out
+    terms (``log_likelihood="marginal"``), one per observed step, so ``az.loo`` counts exactly the
+    13 observations; ``az.from_numpyro(mcmc)`` (NumPyro's ``log_prob`` of the observed site, which
+    is also the model's joint density given the states) counts every padded and missing step."""
+    mcmc, _, _ = run
+    default = nh.to_inference_data(mcmc, backend=_backend())
+    marginal = nh.to_inference_data(mcmc, backend=_backend(), log_likelihood="marginal")
+    conditional = nh.to_inference_data(mcmc, backend=_backend(), log_likelihood="conditional")
+    (ll,) = _groups(default, "log_likelihood")
+    _check_log_likelihood(ll)
+    np.testing.assert_array_equal(ll["y"].values, _groups(marginal, "log_likelihood")[0]["y"].values)
+    assert not np.allclose(ll["y"].values, _groups(conditional, "log_likelihood")[0]["y"].values)
+    if _backend() == "arviz":
+        import arviz as az
+
+        assert az.loo(default).n_data_points == OBSERVED.sum()
+        assert az.from_numpyro(mcmc).log_likelihood["y"].shape[2:] == Y.shape  # padded steps counted
 
 
 def test_relabelled_posterior(run):
@@ -238,7 +258,7 @@ def test_custom_emission_round_trip():
     mcmc.run(jax.random.key(0), y)
     samples = mcmc.get_samples()
     backend = _backend()
-    data = nh.to_inference_data(mcmc, backend=backend)
+    data = nh.to_inference_data(mcmc, backend=backend, log_likelihood="conditional")
     if backend == "arviz":
         posterior, log_lik = data.posterior, data.log_likelihood
     else:

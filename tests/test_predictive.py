@@ -285,3 +285,31 @@ def test_predictive_redraws_y_given_the_sampled_states():
     states = samples.pop("y_states")
     y = Predictive(cat_model, samples)(jax.random.key(0), None, lengths, num_steps=5)["y"]
     assert not np.array_equal(y, EMIT[states])
+
+
+def test_predictive_takes_the_layout_from_the_draws():
+    """Issue 42: ``Predictive(model, samples)(key, None, lengths)`` on draws of 3 padded sequences
+    of ``T = 9`` steps with ``max(lengths) = 7``, and ``(key, None, None)``, draw replicates of the
+    draws' layout ``(N, T)`` given the sampled states (the number of steps no longer comes from
+    ``max(lengths)`` or the default of 100 steps); one sequence's draws give ``(T,)``.  Lengths or
+    ``num_steps`` that disagree with the draws raise a ValueError naming the argument."""
+    rng = np.random.default_rng(6)
+    samples = _one_hot_samples(rng, 4, (3, 9))
+    lengths = np.array([7, 5, 2])
+    for args in ((None, lengths), (None, None), (None, list(lengths))):
+        y = Predictive(cat_model, samples)(jax.random.key(0), *args)["y"]
+        assert y.shape == (4, 3, 9)
+        np.testing.assert_array_equal(y, EMIT[samples["y_states"]])
+    one = dict(samples, y_states=samples["y_states"][:, 0])
+    assert Predictive(cat_model, one)(jax.random.key(0), None)["y"].shape == (4, 9)
+    with pytest.raises(ValueError, match=r"`lengths` holds 2 sequence"):
+        Predictive(cat_model, samples)(jax.random.key(0), None, lengths[:2])
+    with pytest.raises(ValueError, match=r"`lengths` \(max 12\) exceeds the 9 steps"):
+        Predictive(cat_model, samples)(jax.random.key(0), None, np.array([12, 5, 2]))
+    with pytest.raises(ValueError, match=r"`lengths` holds 3 .*one sequence"):
+        Predictive(cat_model, one)(jax.random.key(0), None, lengths)
+    with pytest.raises(ValueError, match=r"`num_steps`=5 .* pass num_steps=9"):
+        Predictive(cat_model, samples)(jax.random.key(0), None, None, num_steps=5)
+    # without draws of the states: the prior predictive keeps max(lengths) steps (list or NumPy lengths)
+    prior = {k: v for k, v in samples.items() if k != "y_states"}
+    assert Predictive(cat_model, prior)(jax.random.key(0), None, lengths)["y"].shape == (4, 3, 7)

@@ -150,3 +150,22 @@ def test_out_of_range_categories():
     em = Categorical(num_categories=3)
     with pytest.raises(ValueError, match="obs"):
         handlers.seed(make_model(em), 0)(np.array([0, 1, 3]))
+
+
+def test_gradient_based_numpyro_tools_point_to_the_package():
+    """Issue 42: ``MCMC(NUTS(model))`` and ``SVI`` with an autoguide over the states site refuse the
+    discrete ``y_states`` with a message that names the package's tools (the kernels, the
+    collapsed SVI guide, ``HiddenMarkovModel``), not only NumPyro's "enumerate support"."""
+    from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
+    from numpyro.infer.autoguide import AutoNormal
+
+    y = np.array([0, 3, 1, 2, 0])
+
+    def model(y):
+        kappa = numpyro.sample("kappa", dist.Gamma(5.0, 1.0))
+        nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, kappa, nh.emissions.Poisson(), max_states=2), obs=y)
+
+    with pytest.raises(RuntimeError, match=r"y_states.*nh\.infer\.WeakLimitGibbs.*CollapsedGuide.*HiddenMarkovModel"):
+        MCMC(NUTS(model), num_warmup=1, num_samples=1, progress_bar=False).run(jax.random.key(0), y)
+    with pytest.raises(RuntimeError, match=r"y_states.*nh\.infer\.WeakLimitGibbs"):
+        SVI(model, AutoNormal(model), numpyro.optim.Adam(1e-2), Trace_ELBO()).init(jax.random.key(0), y)

@@ -20,14 +20,16 @@ The data preparation, the matrix-normal-inverse-Wishart emission prior and the c
 initialization come from ``examples/mocap.py`` (see :doc:`../real_data/plot_mocap`); the command
 line version of this page is ``examples/model_comparison.py``.
 
-**Which log-likelihood does ``az.loo`` see?**  NumPyro's default pointwise log-likelihood of an
-HMM is ``log f(y_t | theta_{z_t})`` at each draw's *sampled* states (``log_likelihood=True``, also
-``nh.to_inference_data``'s default): conditional on a segmentation that was itself fitted to
-``y_t``, it rewards models that cut the data finely and does not compare models with different
-state structures on the same footing.  ``log_likelihood="marginal"`` stores instead the forward
-filter's one-step-ahead terms ``log p(y_t | y_{<t}, pi, theta)`` per draw, one per *observed*
-frame (the NaN padding of the six sequences is removed); their sum over a sequence is
-``log p(y | pi, theta)``.  That is the one ``az.compare`` uses below.
+**Which log-likelihood does ``az.loo`` see?**  NumPyro's pointwise log-likelihood of an HMM
+(``az.from_numpyro(mcmc)``) is ``log f(y_t | theta_{z_t})`` at each draw's *sampled* states, with
+every padded step counted: conditional on a segmentation that was itself fitted to ``y_t``, it
+rewards models that cut the data finely and does not compare models with different state
+structures on the same footing (``nh.to_inference_data(mcmc, log_likelihood="conditional")``
+gives it without the padding).  ``nh.to_inference_data(mcmc)`` (``log_likelihood="marginal"``, the
+default, written out below) stores instead the forward filter's one-step-ahead terms
+``log p(y_t | y_{<t}, pi, theta)`` per draw, one per *observed* frame (the NaN padding of the six
+sequences is removed); their sum over a sequence is ``log p(y | pi, theta)``.  That is the one
+``az.compare`` uses below.
 """
 
 import inspect
@@ -95,11 +97,11 @@ with warnings.catch_warnings():
 print(comparison.round(1).to_string())
 
 # %%
-# For contrast, the default *conditional* log-likelihood (at the sampled states) of the sticky
+# For contrast, the *conditional* log-likelihood (at the sampled states) of the sticky
 # model, summed over the frames and averaged over draws: higher than the marginal one, because
 # the sampled path was fitted to the very frames it scores.
 
-conditional = nh.to_inference_data(runs["sticky"]).log_likelihood["y"]
+conditional = nh.to_inference_data(runs["sticky"], log_likelihood="conditional").log_likelihood["y"]
 marginal = idata["sticky"].log_likelihood["y"]
 total = lambda ll: float(ll.sum([d for d in ll.dims if d not in ("chain", "draw")]).mean())
 print(f"sticky, mean over draws of sum_t log-lik: conditional {total(conditional):.1f}, marginal {total(marginal):.1f}")

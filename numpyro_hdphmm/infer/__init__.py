@@ -15,7 +15,9 @@ Every MCMC kernel is an :class:`~numpyro_hdphmm.infer.base.HDPKernel` (the NumPy
 :class:`~numpyro_hdphmm.infer.base.Algorithm` (the pure core); :func:`~numpyro_hdphmm.infer.discovery.discover`
 finds the model's sites and the update plan once, before compilation (``kernel.update_plan(...)``).
 ``CollapsedSVI`` is a fitter that mirrors ``numpyro.infer.SVI`` (``init``/``update``/``run``/``get_params``)
-on the same models, its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi` and :mod:`numpyro_hdphmm._core.cvi`.
+on the same models, its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi` and :mod:`numpyro_hdphmm._core.cvi`;
+``numpyro.infer.SVI(model, CollapsedGuide(model, ...), optim, CollapsedELBO())`` makes the same updates through
+NumPyro's own SVI loop.
 ``WeakLimitGibbs(model, mesh=sequence_mesh())`` and ``BeamSampler(model, mesh=...)`` split the sequences over
 the devices (and processes) of a :class:`jax.sharding.Mesh` (:mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``).
 """
@@ -29,12 +31,14 @@ from numpyro_hdphmm.infer.pgas import PGAS
 from numpyro_hdphmm.infer.rcd import RCDSampler
 from numpyro_hdphmm.infer.sharding import sequence_mesh
 from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
-from numpyro_hdphmm.infer.collapsed_svi import CollapsedSVI, CollapsedSVIState, RobbinsMonro
+from numpyro_hdphmm.infer.collapsed_svi import CollapsedELBO, CollapsedGuide, CollapsedSVI, CollapsedSVIState, RobbinsMonro
 
 __all__ = [
     "Algorithm",
     "BeamSampler",
     "CollapsedSVI",
+    "CollapsedGuide",
+    "CollapsedELBO",
     "CollapsedSVIState",
     "DirectAssignmentGibbs",
     "Explicit",

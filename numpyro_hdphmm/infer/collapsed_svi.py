@@ -66,6 +66,7 @@ from jax import lax, random
 from numpyro import handlers
 from numpyro.infer.svi import SVIRunResult
 from numpyro.infer import Predictive
+from numpyro.infer.elbo import ELBO
 
 from numpyro_hdphmm._core import cvi
 from numpyro_hdphmm._core.hmm import hmm_posterior_sample, hmm_smoother, hmm_viterbi, hmm_filter
@@ -79,10 +80,15 @@ from numpyro_hdphmm.posterior import as_sequences
 __all__ = [
     "CollapsedSVI",
     "CollapsedSVIState",
+    "CollapsedGuide",
+    "CollapsedELBO",
+    "CollapsedCarry",
+    "STATE_SITE",
     "RobbinsMonro",
     "SCVIConfig",
     "Minibatch",
     "PredictiveLogLikelihood",
+    "Convergence",
     "Stratum",
     "length_strata",
     "scvi_init",
@@ -342,6 +348,32 @@ def plug_in_hmm(state_or_params, config: SCVIConfig):
 
 
 # ================================================================================ results
+class Convergence(NamedTuple):
+    """Result of :meth:`CollapsedSVI.convergence`.
+
+    converged : bool  ``relative_change < rtol``
+    relative_change : float  ``|mean(last window) - mean(window before)| / |mean(window before)|``
+        of the losses (NaN with fewer than two windows)
+    window : int  updates per window (default: one pass over the data)
+    num_steps : int  updates made
+    states_used : int or None  states holding at least 1% of the expected steps (``E[C]``'s columns)
+    rtol : float
+    """
+
+    converged: bool
+    relative_change: float
+    window: int
+    num_steps: int
+    states_used: Optional[int]
+    rtol: float
+
+    def __str__(self):
+        used = "" if self.states_used is None else f", {self.states_used} states hold >= 1% of the steps"
+        verdict = "converged" if self.converged else "NOT converged (run more steps, or pass init_state= to continue)"
+        return (f"{verdict}: the mean loss of the last {self.window} updates changed by {self.relative_change:.2e} "
+                f"(relative; rtol {self.rtol:g}) after {self.num_steps} updates{used}")
+
+
 class PredictiveLogLikelihood(NamedTuple):
     """Result of :meth:`CollapsedSVI.predictive_log_likelihood`.
 
@@ -756,7 +788,7 @@ class CollapsedSVI:
         return fn
 
     def run(self, rng_key, num_steps: int, *args, progress_bar: bool = True, init_state: Optional[CollapsedSVIState] = None,
-            **kwargs) -> SVIRunResult:
+            tol: Optional[float] = None, **kwargs) -> SVIRunResult:
         """``num_steps`` updates over minibatches of about ``batch_size`` sequences of the data ``args``
         / ``kwargs`` (every sequence once per pass of about ``N / M`` updates, in a fresh random order
         each pass): ``SVIRunResult(params, state, losses)`` like :meth:`numpyro.infer.SVI.run`,
@@ -767,9 +799,18 @@ class CollapsedSVI:
         ``M_b ~ M N_b / N`` sequences weighted by ``N_b / M_b``, so that sentences of 20 words are not
         padded to the longest one.  With ``progress_bar`` a compiled update per step (``tqdm``, as
         ``SVI.run``), otherwise one ``lax.scan``.  ``init_state`` continues a previous run (the
-        order of the minibatches continues too)."""
+        order of the minibatches continues too).
+
+        ``tol`` (stopping rule): run pass by pass (``ceil(N / M)`` updates, one compiled chunk each)
+        and stop, before ``num_steps``, after the first pass whose mean loss changed by less than
+        ``tol`` relative to the previous pass's (:meth:`convergence`); the result holds the updates
+        made.  The chunks continue one another exactly (the same updates as one run)."""
         if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
             raise ValueError(f"`num_steps` must be a positive integer, got {num_steps!r}.")
+        if tol is not None:
+            if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):
+                raise ValueError(f"`tol` must be a positive number (a relative change of the loss per pass), got {tol!r}.")
+            return self._run_until(rng_key, int(num_steps), args, kwargs, progress_bar, init_state, float(tol))
         if init_state is None or self._config is None:
             fresh = self.init(rng_key, *args, **kwargs)
             state = fresh if init_state is None else init_state
@@ -807,6 +848,49 @@ class CollapsedSVI:
             carry, losses = scan((state, first(state)), strata, self._emission)
         state = carry[0]
         return SVIRunResult(self.get_params(state), state, losses)
+
+    def _pass_length(self, state: CollapsedSVIState) -> int:
+        N = int(np.asarray(state.num_sequences))
+        return max(-(-N // (self._batch_size or N)), 1)
+
+    def _run_until(self, rng_key, num_steps, args, kwargs, progress_bar, init_state, tol):
+        """:meth:`run` with the stopping rule ``tol``: one pass per chunk."""
+        state, losses, done = init_state, [], 0
+        window = None
+        while done < num_steps:
+            if state is None:
+                state = self.init(rng_key, *args, **kwargs)
+            window = window or self._pass_length(state)
+            chunk = min(window, num_steps - done)
+            result = self.run(rng_key, chunk, *args, progress_bar=progress_bar, init_state=state, **kwargs)
+            state, done = result.state, done + chunk
+            losses.append(np.asarray(result.losses))
+            if self.convergence(np.concatenate(losses), window=window, rtol=tol).converged:
+                break
+        return SVIRunResult(self.get_params(state), state, jnp.asarray(np.concatenate(losses)))
+
+    def convergence(self, result, window: Optional[int] = None, rtol: float = 1e-3) -> "Convergence":
+        """Convergence report of a run (:class:`Convergence`): the mean loss (negative ELBO
+        estimate) of the last ``window`` updates (default: one pass, ``ceil(N / M)`` updates)
+        against the ``window`` before, converged when the relative change is below ``rtol``; and
+        the states in use, those whose expected share of the steps (the columns of ``E[C]``) is
+        at least 1%.  ``result``: the ``SVIRunResult`` of :meth:`run`, or an array of losses (no
+        state count then)."""
+        losses = np.asarray(getattr(result, "losses", result), float)
+        state = getattr(result, "state", None)
+        if window is None:
+            window = self._pass_length(state) if isinstance(state, CollapsedSVIState) else max(losses.size // 10, 1)
+        window = max(int(window), 1)
+        change = float("nan")
+        if losses.size >= 2 * window:
+            last, before = losses[-window:].mean(), losses[-2 * window:-window].mean()
+            change = abs(last - before) / max(abs(before), np.finfo(float).tiny)
+        used = None
+        if isinstance(state, CollapsedSVIState):
+            share = np.asarray(state.transition_counts).sum(0)
+            share = share / max(share.sum(), np.finfo(float).tiny)
+            used = int(np.sum(share >= 0.01))
+        return Convergence(bool(change < rtol), change, window, int(losses.size), used, float(rtol))
 
     # ------------------------------------------------------------------ parameters
     def get_params(self, state: CollapsedSVIState) -> dict:
@@ -980,3 +1064,216 @@ class CollapsedSVI:
         except ImportError:
             pass
         return xr.DataTree.from_dict({"posterior": posterior, "variational": variational})
+
+
+# ================================================================================ NumPyro's SVI
+#: name of the ``mutable`` site of :class:`CollapsedGuide` that holds its :class:`CollapsedCarry`
+STATE_SITE = "collapsed_svi_state"
+
+
+class CollapsedCarry(NamedTuple):
+    """The mutable state of :class:`CollapsedGuide` (``svi_state.mutable_state[STATE_SITE]``):
+    ``state`` (:class:`CollapsedSVIState`) and ``perms`` (per length stratum, the permutation of
+    the sequences in the current pass, as carried by :meth:`CollapsedSVI.run`)."""
+
+    state: CollapsedSVIState
+    perms: tuple
+
+
+def _under_substitute() -> bool:
+    """Whether a ``substitute`` handler is active (``Predictive(..., params=...)``): there a
+    guide whose state was not substituted was given the wrong ``params``."""
+    stack = getattr(numpyro.primitives, "_PYRO_STACK", ())
+    return any(isinstance(h, handlers.substitute) for h in stack)
+
+
+class CollapsedGuide:
+    r"""Stochastic collapsed VI (Wang & Blunsom 2014) as a guide for :class:`numpyro.infer.SVI`.
+
+    ``SVI(model, CollapsedGuide(model, ...), optim, CollapsedELBO())`` runs exactly the updates of
+    :class:`CollapsedSVI` (the same arguments, the same state, the same losses, bit for bit)
+    through NumPyro's own loop: ``svi.init``, ``svi.update``, ``svi.stable_update``, ``svi.run``
+    (progress bar or ``lax.scan``), ``init_state=`` continuations.  The updates are closed-form
+    (eqs. 9-16, Robbins-Monro averages), not gradient steps: the guide has no ``param`` sites, its
+    variational statistics are one ``mutable`` site, :data:`STATE_SITE`, that
+    :class:`CollapsedELBO` replaces at each update, and ``optim`` is not used (any NumPyro
+    optimizer, e.g. ``numpyro.optim.Adam(1e-3)``).
+
+    The arguments are those of :class:`CollapsedSVI` (``num_states``, ``batch_size``,
+    ``step_size``, ``hdp``, ``collapsed``, ``transition_prior``, ``hdp_batch_size``,
+    ``num_sequences``, ``max_strata``, ``mesh``, ``sequence_axes``).  Given the whole data set
+    (the ``N`` sequences the guide was initialized on), one update takes a length-stratified
+    minibatch of about ``batch_size`` sequences from it, in a fresh random order each pass (one
+    step of :meth:`CollapsedSVI.run`); given fewer sequences (streaming, ``num_sequences=N``), the
+    update is on those sequences as one minibatch (:meth:`CollapsedSVI.update`).
+
+    Downstream: :meth:`get_params` (``svi.get_params`` holds no variational parameter, they are
+    mutable state), then :meth:`viterbi`, :meth:`state_marginals`,
+    :meth:`predictive_log_likelihood`, :meth:`sample_posterior`, :meth:`to_inference_data`, or
+    ``Predictive(model, guide=guide, params=guide.get_params(svi_result.state), num_samples=S)``:
+    the guide then draws every latent site of the model from ``q`` (:attr:`CollapsedSVI.guide`).
+    """
+
+    def __init__(self, model, num_states: Optional[int] = None, batch_size: Optional[int] = None, step_size=None,
+                 **options):
+        self.fitter = CollapsedSVI(model, num_states, batch_size, step_size, **options)
+        self.model = model
+        self._plan = None
+        self._num_sequences = None
+
+    # ------------------------------------------------------------------ the state
+    def init_state(self, rng_key, *args, **kwargs) -> CollapsedCarry:
+        """:meth:`CollapsedSVI.init` on the data ``args``/``kwargs``, the length strata of
+        :meth:`CollapsedSVI.run` and the first pass's order (what ``svi.init`` stores)."""
+        fitter = self.fitter
+        state = fitter.init(rng_key, *args, **kwargs)
+        data = fitter._view(args, kwargs).data
+        N = int(np.asarray(state.num_sequences))
+        self._num_sequences = N
+        self._plan = None
+        perms = ()
+        if int(data.lengths.shape[0]) == N:
+            self._plan = length_strata(np.asarray(data.lengths), fitter._batch_size or N, data.valid.shape[1],
+                                       fitter._max_strata)
+            perms = fitter._run_fn(self._plan, None)[0](state)
+        return CollapsedCarry(state, tuple(perms))
+
+    def step(self, carry: CollapsedCarry, *args, **kwargs):
+        """One update: ``(carry, loss)``.  On the ``N`` sequences of :meth:`init_state`, one step of
+        :meth:`CollapsedSVI.run` (the stratified minibatch of this step); on fewer, one
+        :meth:`CollapsedSVI.update` with those sequences as the minibatch.  A step whose loss or
+        statistics are not finite leaves ``carry`` unchanged and returns a NaN loss (so
+        ``svi.stable_update`` skips it, and ``svi.update`` reports it)."""
+        fitter = self.fitter
+        fitter._require_init()
+        shape = fitter._states_shape(args, kwargs)
+        count = shape[0] if fitter._spec.batched else 1
+        if self._plan is not None and count == self._num_sequences:
+            spec = fitter._spec
+            values = {spec.sites.states: jnp.zeros(shape, jnp.int32)}
+            data = model_view(fitter.model, spec, args, kwargs, values).data
+            strata = tuple(SequenceData(None, jax.tree_util.tree_map(lambda a: a[s.indices, :s.width], data.x),
+                                        data.valid[s.indices, :s.width], data.lengths[s.indices]) for s in self._plan)
+            body = fitter._run_fn(self._plan, None)[1]
+            (state, perms), loss = body((carry.state, carry.perms), strata, fitter._emission)
+            new = CollapsedCarry(state, tuple(perms))
+        else:
+            state, loss = fitter.update(carry.state, *args, **kwargs)
+            new = CollapsedCarry(state, carry.perms)
+        leaves = [a for a in jax.tree_util.tree_leaves((new.state.transition_counts, new.state.emission_stats,
+                                                         new.state.hdp)) if jnp.issubdtype(a.dtype, jnp.floating)]
+        finite = jnp.isfinite(loss)
+        for a in leaves:
+            finite = finite & jnp.all(jnp.isfinite(a))
+        new = lax.cond(finite, lambda: new, lambda: carry)
+        return new, jnp.where(finite, loss, jnp.nan)
+
+    # ------------------------------------------------------------------ the guide
+    def __call__(self, *args, **kwargs):
+        carry = numpyro.primitives.mutable(STATE_SITE)
+        if carry is None:
+            if _under_substitute():
+                raise ValueError(
+                    f"CollapsedGuide: `params` lacks '{STATE_SITE}', the fitted variational state. SVIRunResult.params "
+                    "is empty for this guide (its statistics are mutable state, not param sites): pass "
+                    "params=guide.get_params(svi_result.state). (SVI.init's init_params does not apply either; "
+                    "continue a run with init_state=.)")
+            rng_key = numpyro.prng_key()
+            if rng_key is None:
+                raise ValueError("CollapsedGuide: run it under numpyro.handlers.seed (SVI.init does).")
+            with handlers.block():
+                carry = self.init_state(rng_key, *args, **kwargs)
+            numpyro.primitives.mutable(STATE_SITE, carry)
+            return None
+        fitter = self.fitter
+        params = fitter.get_params(carry.state)
+        spec = fitter._spec
+        k_glob, k_states = random.split(numpyro.prng_key())
+        values = fitter._draw_globals(k_glob, params)
+        with handlers.block():
+            tr = handlers.trace(handlers.substitute(handlers.seed(self.model, 0), data=values)).get_trace(*args, **kwargs)
+        for site, v in values.items():
+            numpyro.sample(site, dist.Delta(v, event_dim=jnp.ndim(v)))
+        if tr[spec.sites.obs]["is_observed"]:
+            states = fitter._draw_states(k_states, values, tr, args, kwargs)
+            numpyro.sample(spec.sites.states, dist.Delta(states, event_dim=states.ndim))
+        return None
+
+    # ------------------------------------------------------------------ downstream
+    def get_params(self, svi_state) -> dict:
+        """The variational parameters of ``svi_state`` (an ``SVIState`` of ``SVI`` with this
+        guide, or its ``mutable_state``): :meth:`CollapsedSVI.get_params`, and the whole state
+        under :data:`STATE_SITE` (what ``Predictive(model, guide=guide, params=...)`` needs)."""
+        mutable = getattr(svi_state, "mutable_state", svi_state)
+        if not isinstance(mutable, dict) or STATE_SITE not in mutable:
+            raise ValueError("`svi_state` must be the SVIState of SVI(model, CollapsedGuide(...), optim, CollapsedELBO()) "
+                             f"(svi_result.state), whose mutable_state holds '{STATE_SITE}'.")
+        carry = mutable[STATE_SITE]
+        return {**self.fitter.get_params(carry.state), STATE_SITE: carry}
+
+    def _fitter_params(self, params):
+        return {k: v for k, v in params.items() if k != STATE_SITE}
+
+    def state_marginals(self, params, y, lengths=None):
+        """:meth:`CollapsedSVI.state_marginals` with ``params = guide.get_params(svi_result.state)``."""
+        return self.fitter.state_marginals(self._fitter_params(params), y, lengths)
+
+    def viterbi(self, params, y, lengths=None):
+        """:meth:`CollapsedSVI.viterbi` with ``params = guide.get_params(svi_result.state)``."""
+        return self.fitter.viterbi(self._fitter_params(params), y, lengths)
+
+    def predictive_log_likelihood(self, params, y_heldout, lengths=None) -> PredictiveLogLikelihood:
+        """:meth:`CollapsedSVI.predictive_log_likelihood` with ``params = guide.get_params(svi_result.state)``."""
+        return self.fitter.predictive_log_likelihood(self._fitter_params(params), y_heldout, lengths)
+
+    def sample_posterior(self, rng_key, params, *args, num_samples: int = 1, **kwargs) -> dict:
+        """:meth:`CollapsedSVI.sample_posterior` with ``params = guide.get_params(svi_result.state)``."""
+        return self.fitter.sample_posterior(rng_key, self._fitter_params(params), *args, num_samples=num_samples,
+                                            **kwargs)
+
+    def convergence(self, svi_result: SVIRunResult, window: Optional[int] = None, rtol: float = 1e-3) -> Convergence:
+        """:meth:`CollapsedSVI.convergence` of the ``SVIRunResult`` of ``svi.run``."""
+        state = self.get_params(svi_result.state)[STATE_SITE].state
+        return self.fitter.convergence(SVIRunResult(None, state, svi_result.losses), window, rtol)
+
+    def to_inference_data(self, svi_result: SVIRunResult, *args, num_samples: int = 500, rng_key=None, **kwargs):
+        """:meth:`CollapsedSVI.to_inference_data` of the ``SVIRunResult`` of ``svi.run``."""
+        params = self._fitter_params(self.get_params(svi_result.state))
+        result = SVIRunResult(params, svi_result.state, svi_result.losses)
+        return self.fitter.to_inference_data(result, *args, num_samples=num_samples, rng_key=rng_key, **kwargs)
+
+
+class CollapsedELBO(ELBO):
+    r"""The loss of :class:`CollapsedGuide` for :class:`numpyro.infer.SVI`: each call makes one
+    collapsed update (:meth:`CollapsedGuide.step`) and returns the new state as mutable state,
+    ``{"loss": -ELBO estimate, "mutable_state": {STATE_SITE: carry}}`` (the loss is that of
+    :func:`scvi_update`: ``-(N/M) sum_B log Z_n + KL(q(pi_tilde) q(alpha) q(gamma) || p)``).  It
+    has no gradient: the update is the closed-form Robbins-Monro average, so ``SVI``'s optimizer
+    is left idle."""
+
+    can_infer_discrete = True
+
+    def __init__(self):
+        super().__init__(num_particles=1)
+
+    def _guide(self, guide):
+        if not isinstance(guide, CollapsedGuide):
+            raise ValueError(f"CollapsedELBO needs a numpyro_hdphmm.infer.CollapsedGuide as the guide, got "
+                             f"{type(guide).__name__}.")
+        return guide
+
+    def loss(self, rng_key, param_map, model, guide, *args, **kwargs):
+        self._guide(guide)
+        raise ValueError(
+            "CollapsedELBO: the collapsed objective needs the guide's mutable state, which SVI.evaluate does not "
+            "pass; read the losses returned by svi.update / svi.run.")
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        guide = self._guide(guide)
+        carry = param_map.get(STATE_SITE)
+        if carry is None:
+            raise ValueError(f"CollapsedELBO: no '{STATE_SITE}' in the SVI state; call svi.init first.")
+        if model is not guide.model:
+            raise ValueError("CollapsedELBO: SVI's model must be the model the CollapsedGuide was built with.")
+        new, loss = guide.step(carry, *args, **kwargs)
+        return {"loss": loss, "mutable_state": {STATE_SITE: new}}

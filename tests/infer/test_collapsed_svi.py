@@ -402,6 +402,9 @@ def test_recovery_finite_hmm_minibatches(simulated):
     assert isinstance(best.state, CollapsedSVIState) and best.losses.shape == (60,)
     paths = np.asarray(svi.viterbi(best.params, y, lengths))
     assert hamming_after_matching(z, paths, lengths) < 0.07
+    report = svi.convergence(best)  # one pass = 3 updates; the three states in use
+    assert report.window == 3 and report.num_steps == 60 and report.states_used == 3
+    assert np.isfinite(report.relative_change) and ("NOT converged" in str(report)) != report.converged
     held_out = svi.predictive_log_likelihood(best.params, y_test, len_test)
     assert int(held_out.num_observed) == int(np.sum(len_test))
     assert abs(float(held_out.per_token) - true_per_token(y_test, len_test, truth)) < 0.03
@@ -584,3 +587,106 @@ def test_full_batch_update_hdp(simulated):
     for got, ref in zip(new.hdp, ref_q):
         np.testing.assert_allclose(got, ref, rtol=1e-9)
     assert int(new.hdp_step) == 1
+
+
+# ------------------------------------------------------------------ through numpyro.infer.SVI
+STATE_SITE = nh.infer.collapsed_svi.STATE_SITE
+
+
+def _same(a, b):
+    """Bit-for-bit equality of two pytrees (typed PRNG keys compared by their data)."""
+    leaves = list(zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+    key = lambda u: jax.random.key_data(u) if jnp.issubdtype(u.dtype, jax.dtypes.prng_key) else u
+    return len(leaves) > 0 and all(bool(jnp.all(key(u) == key(v))) for u, v in leaves)
+
+
+@pytest.fixture(scope="module")
+def numpyro_svi(simulated):
+    """``SVI(sim_model, CollapsedGuide(...), Adam, CollapsedELBO())`` initialized on the simulated
+    training set (minibatches of 20 of 60 sequences, length strata), and its initial state."""
+    from numpyro.infer import SVI
+
+    (y, lengths, _, _), _ = simulated
+    guide = nh.infer.CollapsedGuide(sim_model, num_states=K_TRUE, batch_size=20, step_size=RobbinsMonro(1.0, 0.6),
+                                    hdp=False)
+    svi = SVI(sim_model, guide, numpyro.optim.Adam(1e-3), nh.infer.CollapsedELBO())
+    return svi, guide, svi.init(jax.random.key(0), y, lengths)
+
+
+def test_numpyro_svi_update_equals_collapsed_svi_update(numpyro_svi, simulated):
+    """One ``svi.update`` of NumPyro's SVI with the collapsed guide and loss equals one step of
+    ``CollapsedSVI.run`` from the same state, bit for bit (state and loss), and so does the second;
+    the comparison is sensitive (the first step's state differs from the second's).  The state is
+    the guide's mutable site (``svi.get_params`` is empty); ``Predictive`` given
+    ``SVIRunResult.params`` instead of ``guide.get_params(...)`` fails with a ValueError naming
+    what to pass, and a guide of another kind is refused by the loss."""
+    from numpyro.infer import Predictive
+
+    (y, lengths, _, _), _ = simulated
+    svi, guide, st = numpyro_svi
+    carry = st.mutable_state[STATE_SITE]
+    assert isinstance(carry.state, CollapsedSVIState) and svi.get_params(st) == {}
+    one, loss_one = svi.update(st, y, lengths)
+    two, loss_two = svi.update(one, y, lengths)
+    ref = guide.fitter.run(jax.random.key(1), 2, y, lengths, init_state=carry.state)
+    assert [float(loss_one), float(loss_two)] == [float(v) for v in ref.losses]
+    assert _same(two.mutable_state[STATE_SITE].state, ref.state)
+    assert not _same(one.mutable_state[STATE_SITE].state, ref.state)
+    with pytest.raises(ValueError, match=r"guide.get_params\(svi_result.state\)"):
+        Predictive(sim_model, guide=guide, params={}, num_samples=2)(jax.random.key(2), y, lengths)
+    with pytest.raises(ValueError, match="CollapsedGuide"):
+        nh.infer.CollapsedELBO().loss_with_mutable_state(jax.random.key(0), dict(st.mutable_state), sim_model,
+                                                         lambda *a, **k: None, y, lengths)
+
+
+@pytest.mark.slow
+def test_numpyro_svi_run_stable_update_minibatch_and_draws(numpyro_svi, simulated):
+    """``svi.stable_update`` (jitted) and ``svi.run`` (``lax.scan``) equal ``CollapsedSVI.run``; an
+    ``svi.update`` on fewer sequences than the data set is ``CollapsedSVI.update`` on them as a
+    minibatch; a non-finite step is skipped with a NaN loss; ``guide.get_params`` feeds the
+    downstream methods and ``Predictive(model, guide=guide, params=...)``."""
+    from numpyro.infer import Predictive
+
+    (y, lengths, _, _), _ = simulated
+    svi, guide, st = numpyro_svi
+    carry = st.mutable_state[STATE_SITE]
+    ref = guide.fitter.run(jax.random.key(1), 3, y, lengths, init_state=carry.state, progress_bar=False)
+    stable, stable_loss = jax.jit(svi.stable_update)(st, y, lengths)
+    assert float(stable_loss) == float(ref.losses[0])
+    run = svi.run(jax.random.key(1), 3, y, lengths, init_state=st, progress_bar=False)
+    assert _same(run.state.mutable_state[STATE_SITE].state, ref.state)
+    np.testing.assert_array_equal(np.asarray(run.losses), np.asarray(ref.losses))
+    mb, mb_loss = svi.update(st, y[:20], lengths[:20])
+    upd, upd_loss = guide.fitter.update(carry.state, y[:20], lengths[:20])
+    assert float(mb_loss) == float(upd_loss) and _same(mb.mutable_state[STATE_SITE].state, upd)
+    bad = carry._replace(state=carry.state._replace(transition_counts=carry.state.transition_counts * jnp.nan))
+    skipped, nan_loss = svi.update(st._replace(mutable_state={STATE_SITE: bad}), y, lengths)
+    assert np.isnan(float(nan_loss)) and _same(skipped.mutable_state[STATE_SITE].state.step, bad.state.step)
+    params = guide.get_params(run.state)
+    held = guide.predictive_log_likelihood(params, y, lengths)
+    assert float(held.per_token) == float(guide.fitter.predictive_log_likelihood(ref.params, y, lengths).per_token)
+    draws = Predictive(sim_model, guide=guide, params=params, num_samples=2, return_sites=["y_states", "y_probs"])(
+        jax.random.key(2), y, lengths)
+    assert draws["y_states"].shape == (2,) + y.shape and draws["y_probs"].shape[0] == 2
+    assert guide.convergence(run).num_steps == 3 and guide.convergence(run).window == 3
+    # the stopping rule: pass by pass (3 updates), stopped after the second pass (the first change
+    # is below a huge tol), the same updates as one run of 6
+    stopped = guide.fitter.run(jax.random.key(1), 30, y, lengths, init_state=carry.state, progress_bar=False, tol=1e9)
+    six = guide.fitter.run(jax.random.key(1), 6, y, lengths, init_state=carry.state, progress_bar=False)
+    assert stopped.losses.shape == (6,) and _same(stopped.state, six.state)
+    np.testing.assert_array_equal(np.asarray(stopped.losses), np.asarray(six.losses))
+
+
+def test_convergence_report_and_stopping_rule_on_losses(fitted_setup, simulated):
+    """``CollapsedSVI.convergence``: the relative change of the mean loss over the last window
+    against the window before (NaN and not converged with fewer than two windows); ``run(tol=)``
+    refuses a non-positive tolerance."""
+    svi = fitted_setup[0]
+    (y, lengths, _, _), _ = simulated
+    flat = svi.convergence(np.r_[np.full(4, 100.0), np.full(4, 100.05)], window=4, rtol=1e-3)
+    assert flat.converged and abs(flat.relative_change - 5e-4) < 1e-12 and flat.states_used is None
+    moving = svi.convergence(np.r_[np.full(4, 100.0), np.full(4, 90.0)], window=4, rtol=1e-3)
+    assert not moving.converged and abs(moving.relative_change - 0.1) < 1e-12
+    assert not svi.convergence(np.ones(5), window=4).converged
+    with pytest.raises(ValueError, match="`tol`"):
+        svi.run(jax.random.key(0), 5, y, lengths, tol=0.0)

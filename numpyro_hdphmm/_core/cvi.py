@@ -1,7 +1,7 @@
 r"""Stochastic collapsed variational inference for HMMs and HDP-HMMs: the shared numerics.
 
 Wang & Blunsom (2014), "Stochastic collapsed variational inference for sequential data"
-(``notes/scvi.md``).  Notation: ``K`` states (the truncation), restaurants ``j = 0..K`` where
+(its printed errors: ``docs/errata.md``, "Stochastic collapsed variational inference").  Notation: ``K`` states (the truncation), restaurants ``j = 0..K`` where
 row ``K`` (LAST, the package's convention) is the start state ``z_0`` of the paper, dishes
 ``k = 0..K-1``; ``C_jk`` the number of transitions ``j -> k`` (the start row counts first
 states), ``t_k(x, z)`` the emission sufficient statistics of state ``k``.
@@ -87,7 +87,7 @@ def _row_pseudo_counts(pseudo_counts, kappa, num_states):
 def log_mean_transitions(pseudo_counts, counts, kappa=0.0):
     r"""Zeroth-order collapsed transitions (eq. 9): ``log theta_hat_jk = log(a_k + kappa [j = k] +
     E[C_jk]) - log sum_l (a_l + kappa [j = l] + E[C_jl])``, normalized over the ``K`` represented
-    states (the truncation; notes/scvi.md §2.2 on the paper's "proportional to").
+    states (the truncation; ``docs/errata.md``, "Stochastic collapsed variational inference" item 3).
 
     ``pseudo_counts``: ``a_k = G[alpha pi_k]`` (HDP-HMM) or a symmetric Dirichlet parameter
     (finite HMM), scalar or ``(K,)``; ``counts (K+1, K)`` expected counts, start row last;

@@ -1,7 +1,7 @@
 r"""Stochastic collapsed variational inference for the (sticky) HDP-HMM and the finite HMM.
 
 Wang & Blunsom (2014), "Stochastic collapsed variational inference for sequential data"
-(``seeds/001``, ``notes/scvi.md``), for the same :func:`numpyro_hdphmm.sample` models the MCMC
+(its printed errors: ``docs/errata.md``), for the same :func:`numpyro_hdphmm.sample` models the MCMC
 kernels run.  The transition rows and the emission parameters are integrated out; what is kept
 are *global expected statistics* (no per-sequence statistics at all):
 
@@ -335,7 +335,7 @@ def plug_in_hmm(state_or_params, config: SCVIConfig):
     transitions ``(a_k + kappa [j = k] + E[C_jk]) / sum_l (...)`` (eq. 9 normalized; for the
     uncollapsed baseline the mean of ``q(theta_j) = Dir(a + E[C_j])``, the same expression) and the
     emissions' posterior predictive given ``E[t]`` (the statistics ``stats`` returned).  This one
-    definition serves the held-out predictive of every variant (notes/scvi.md §2.6)."""
+    definition serves the held-out predictive of every variant (the paper's Sec. 3 evaluation)."""
     if isinstance(state_or_params, CollapsedSVIState):
         counts, stats, pseudo = (state_or_params.transition_counts, state_or_params.emission_stats,
                                  state_or_params.hdp.pseudo_counts)
@@ -933,7 +933,7 @@ class CollapsedSVI:
     def predictive_log_likelihood(self, params, y_heldout, lengths=None) -> PredictiveLogLikelihood:
         """Held-out predictive log-likelihood under the plug-in HMM (:func:`plug_in_hmm`: posterior-mean
         transitions, posterior-predictive emissions), by the forward algorithm (Rabiner eq. 103), and
-        per observed token (the paper's metric, notes/scvi.md §2.6)."""
+        per observed token (the paper's metric, Sec. 3)."""
         li, la, ll, valid, lengths, _ = self._plug_in(params, y_heldout, lengths, "y_heldout")
         per_seq = hmm_filter(li, la, ll, mask=valid, length=lengths).marginal_loglik
         total = jnp.sum(per_seq)

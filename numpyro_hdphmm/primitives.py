@@ -126,6 +126,14 @@ def _sequence_layout(hmm: StickyHDPHMM, obs, lengths):
             f"instead of df[['col']].values); for several sequences pad them with NaN to a common length T, stack "
             f"them as {several} and pass `lengths=`."
         )
+    if batched and not event_ndim and lengths is None and num_steps < shape[0]:
+        raise ValueError(
+            f"`obs` of shape {shape} would be read as {shape[0]} sequences of {num_steps} steps each (the "
+            f"{type(emission).__name__} emission's observations are scalars, event shape ()): more sequences than steps, "
+            f"which usually means a (T, D) matrix of D channels of one sequence. For D channels use a family with "
+            f"event shape (D,) (e.g. Poisson(event_shape={num_steps}), or one HDP-HMM per channel); if these really "
+            f"are {shape[0]} sequences, confirm it with `lengths=` (e.g. np.full({shape[0]}, {num_steps}))."
+        )
     if lengths is not None:
         if not batched:
             raise ValueError(f"`lengths` is only meaningful for several sequences: `obs` of shape {several}.")

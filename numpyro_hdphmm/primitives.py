@@ -143,6 +143,17 @@ def _sequence_layout(hmm: StickyHDPHMM, obs, lengths):
     return obs, (shape[0] if batched else None), num_steps, lengths
 
 
+def _check_states_shape(name: str, states, expected) -> None:
+    """A value given for the states site (substituted, conditioned, resumed) has one state per step."""
+    if tuple(jnp.shape(states)) != tuple(expected):
+        raise ValueError(
+            f"`{name}_states` has shape {tuple(jnp.shape(states))} but the data give {tuple(expected)} (one state per "
+            f"step): a value given for the states must match the data. A `post_warmup_state` or `last_state` resumes "
+            f"only on data of the shapes it was made on (for other data run a new MCMC, with its own warmup); "
+            f"`init_to_value`/`init_params`, `handlers.substitute` and `handlers.condition` need shape {tuple(expected)}."
+        )
+
+
 def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     r"""Declare the HDP-HMM ``hmm`` in a NumPyro model, with its latent structure as sites.
 
@@ -185,17 +196,26 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     role = lambda r, **kw: {HDP_ROLE: r, "hdphmm_name": name, **kw}
 
     beta = numpyro.sample(f"{name}_beta", GEM(hmm.gamma, num_states), infer=role("beta"))
+    if jnp.shape(beta) != (num_states + 1,):
+        raise NotImplementedError(
+            f"numpyro_hdphmm.sample('{name}'): its sites got batch shape {jnp.shape(beta)[:-1]} from an enclosing "
+            "`numpyro.plate` (or a batched substituted value); the HDP-HMM declares its own plates. For several "
+            "sequences pass `obs` of shape (N, T, ...) (with `lengths=`) instead of a plate; for independent HDP-HMMs "
+            "fit one model per group."
+        )
     trans = numpyro.sample(f"{name}_trans", HDPTransitions(beta, hmm.alpha, hmm.kappa), infer=role("trans"))
     params = hmm.emission.sample_sites(name, num_states)
 
     chain = MarkovChain(trans[num_states], trans[:num_states], num_steps, lengths=lengths)
     if num_sequences is None:
         states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"]))
+        _check_states_shape(name, states, (num_steps,))
         with numpyro.plate("time", num_steps, dim=-1):
             y = numpyro.sample(name, EmissionLikelihood(hmm.emission, params, states), obs=obs, infer=role("obs"))
     else:
         with numpyro.plate("sequence", num_sequences, dim=-1):
             states = numpyro.sample(f"{name}_states", chain, infer=role("states", event_dims=["time"]))
+        _check_states_shape(name, states, (num_sequences, num_steps))
         with numpyro.plate("sequence", num_sequences, dim=-2), numpyro.plate("time", num_steps, dim=-1):
             y = numpyro.sample(
                 name, EmissionLikelihood(hmm.emission, params, states, lengths), obs=obs, infer=role("obs")

@@ -712,8 +712,8 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
     check_model_arguments(model_args, model_kwargs, kernel)
     with jax.ensure_compile_time_eval():
         trace = discovery_trace(model, model_args, model_kwargs)
-        sites, batched, emission = _find_sites(trace, kernel)
         check_handlers(trace, kernel)
+        sites, batched, emission = _find_sites(trace, kernel)
         latent = latent_sites(trace)
         beta_fn = trace[sites.beta]["fn"]
         capacity = beta_fn.event_shape[0] - 1

@@ -293,6 +293,15 @@ class Poisson(EmissionFamily):
         event_shape = _check_event_shape(overrides.get("event_shape", ()))
         if data is None:
             mean = np.ones(event_shape)
+        elif not is_concrete(data):  # traced data (jit_model_args, CollapsedSVI, vmap): no value checks
+            n_event = len(event_shape)
+            if jnp.ndim(data) < 1 + n_event or tuple(jnp.shape(data)[jnp.ndim(data) - n_event:]) != event_shape:
+                raise ValueError(f"`data` must have shape (..., T, *{event_shape}), got {jnp.shape(data)}.")
+            flat = jnp.asarray(data, jnp.result_type(float)).reshape((-1,) + event_shape)
+            observed = ~jnp.isnan(flat)
+            count = observed.sum(0)
+            mean = jnp.where(observed, flat, 0.0).sum(0) / jnp.maximum(count, 1)
+            mean = jnp.where((count > 0) & (mean > 0), mean, 1.0)
         else:
             arr = as_data_array("data", data)
             arr = np.asarray(arr)
@@ -308,5 +317,5 @@ class Poisson(EmissionFamily):
             mean = np.where(observed, flat, 0.0).sum(0) / np.maximum(count, 1)
             mean = np.where((count > 0) & (mean > 0), mean, 1.0)
         concentration = overrides.get("concentration", 1.0)
-        rate = overrides.get("rate", np.asarray(concentration) / mean)
+        rate = overrides.get("rate", jnp.asarray(concentration) / mean if not is_concrete(mean) else np.asarray(concentration) / mean)
         return cls(concentration, rate, event_shape)

@@ -323,6 +323,15 @@ def _find_sites(trace, kernel: str) -> Tuple[HMMSites, bool, object]:
                 raise NotImplementedError(_observed_site_message(kernel, name, site_name, role))
     fn = trace[obs]["fn"]
     emission = fn.emission
+    for p in emission.param_names if emission.owns_parameters else ():
+        site = trace.get(f"{name}_{p}")
+        if site is None or site["type"] != "sample":
+            raise NotImplementedError(
+                f"{kernel}: the HDP-HMM '{name}' has no '{name}_{p}' sample site: `numpyro.handlers.block` hid it, or "
+                "`numpyro.handlers.reparam` made it a deterministic site. The kernels update every site "
+                "numpyro_hdphmm.sample declares; apply block/reparam to the other sites of the model only.")
+        if site["is_observed"]:
+            raise NotImplementedError(_observed_site_message(kernel, name, f"{name}_{p}", "params"))
     sites = HMMSites(
         name=name,
         beta=roles[(name, "beta")][0],

@@ -139,6 +139,14 @@ def _sequence_layout(hmm: StickyHDPHMM, obs, lengths):
             f"instead of df[['col']].values); for several sequences pad them with NaN to a common length T, stack "
             f"them as {several} and pass `lengths=`."
         )
+    if batched and not event_ndim and lengths is None and num_steps < shape[0]:
+        raise ValueError(
+            f"`obs` of shape {shape} would be read as {shape[0]} sequences of {num_steps} steps each (the "
+            f"{type(emission).__name__} emission's observations are scalars, event shape ()): more sequences than steps, "
+            f"which usually means a (T, D) matrix of D channels of one sequence. For D channels use a family with "
+            f"event shape (D,) (e.g. Poisson(event_shape={num_steps}), or one HDP-HMM per channel); if these really "
+            f"are {shape[0]} sequences, confirm it with `lengths=` (e.g. np.full({shape[0]}, {num_steps}))."
+        )
     if lengths is not None:
         if not batched:
             raise ValueError(f"`lengths` is only meaningful for several sequences: `obs` of shape {several}.")
@@ -173,6 +181,17 @@ def _layout_from_draws(name, hmm, states, lengths):
                 f"`lengths` (max {int(np.max(np.asarray(lengths)))}) exceeds the {draws_steps} steps of the draws of "
                 f"'{name}_states': pass the `lengths` of the observed sequences the draws belong to.")
     return (shape[0] if len(shape) == 2 else None), draws_steps
+
+
+def _check_states_shape(name: str, states, expected) -> None:
+    """A value given for the states site (substituted, conditioned, resumed) has one state per step."""
+    if tuple(jnp.shape(states)) != tuple(expected):
+        raise ValueError(
+            f"`{name}_states` has shape {tuple(jnp.shape(states))} but the data give {tuple(expected)} (one state per "
+            f"step): a value given for the states must match the data. A `post_warmup_state` or `last_state` resumes "
+            f"only on data of the shapes it was made on (for other data run a new MCMC, with its own warmup); "
+            f"`init_to_value`/`init_params`, `handlers.substitute` and `handlers.condition` need shape {tuple(expected)}."
+        )
 
 
 def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
@@ -222,6 +241,13 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     role = lambda r, **kw: {HDP_ROLE: r, "hdphmm_name": name, **kw}
 
     beta = numpyro.sample(f"{name}_beta", GEM(hmm.gamma, num_states), infer=role("beta"))
+    if jnp.shape(beta) != (num_states + 1,):
+        raise NotImplementedError(
+            f"numpyro_hdphmm.sample('{name}'): its sites got batch shape {jnp.shape(beta)[:-1]} from an enclosing "
+            "`numpyro.plate` (or a batched substituted value); the HDP-HMM declares its own plates. For several "
+            "sequences pass `obs` of shape (N, T, ...) (with `lengths=`) instead of a plate; for independent HDP-HMMs "
+            "fit one model per group."
+        )
     trans = numpyro.sample(f"{name}_trans", HDPTransitions(beta, hmm.alpha, hmm.kappa), infer=role("trans"))
     params = hmm.emission.sample_sites(name, num_states)
 
@@ -234,6 +260,8 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
             states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
     if obs is None:  # under Predictive the states are the posterior draws: their layout decides
         num_sequences, num_steps = _layout_from_draws(name, hmm, states, raw_lengths)
+    else:  # a value given for the states (substituted, conditioned, resumed) must fit the data
+        _check_states_shape(name, states, (num_steps,) if num_sequences is None else (num_sequences, num_steps))
     if num_sequences is None:
         with numpyro.plate("time", num_steps, dim=-1):
             y = numpyro.sample(name, EmissionLikelihood(hmm.emission, params, states), obs=obs, infer=role("obs"))

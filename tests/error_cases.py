@@ -22,6 +22,7 @@ import jax
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import numpyro.infer.reparam
 from numpyro import handlers
 
 import numpyro_hdphmm as nh
@@ -33,6 +34,7 @@ class Case(NamedTuple):
     what: str  #: the malformed input, in words
     argument: str  #: the argument the message must name
     call: Callable[[], object]
+    error: type = ValueError  #: NotImplementedError for a NumPyro handler the kernels refuse
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -80,6 +82,35 @@ def _float32_outlier():
     y = _Y1.astype(np.float32).copy()
     y[10, 0] = 1e30
     return y
+
+
+def _kernel_plan(model, *args, kernel=None):
+    """The update plan of ``model`` (discovery only: nothing is compiled)."""
+    return (kernel or nh.infer.WeakLimitGibbs)(model).update_plan(*args)
+
+
+def _hdp_model(y):
+    nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, 5.0, em.GaussianNIW.weakly_informative(y), max_states=4), obs=y)
+
+
+def _run_with_init(values):
+    from numpyro.infer import MCMC, init_to_value
+
+    kernel = nh.infer.WeakLimitGibbs(_hdp_model, init_strategy=init_to_value(values=values))
+    MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False).run(jax.random.key(0), _Y1)
+
+
+class _Deterministic(numpyro.infer.reparam.Reparam):
+    def __call__(self, name, fn, obs):
+        return None, numpyro.sample(f"{name}_base", fn)
+
+
+def _in_plate():
+    with numpyro.plate("groups", 2):
+        nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, 1.0, em.Poisson(), max_states=4), obs=_COUNTS)
+
+
+_UNIT = np.stack([np.cos(_Y1[:, 0]), np.sin(_Y1[:, 0])], -1)
 
 
 # --------------------------------------------------------------------------------- cases
@@ -184,17 +215,52 @@ CASES: List[Case] = [
     Case("StickyHDPHMM", "an emission that is neither a family nor a callable", "emission",
          lambda: nh.StickyHDPHMM(1.0, 1.0, 1.0, "gaussian", max_states=4)),
     Case("HDPHMM", "an infinite gamma", "gamma", lambda: nh.HDPHMM(np.inf, 1.0, _niw(), max_states=4)),
+    # ---- hostile inputs, round 3: precision, integer range, ambiguous layouts, states given, traced data
+    Case("nh.sample", "Poisson counts near 1e9, float32 (two regimes 6 sd apart would be merged)", "obs",
+         _float32(lambda: _sample(em.Poisson(), np.repeat([1e9, 1e9 + 2e5], 25)))),
+    Case("nh.sample", "Poisson counts whose total the collapsed samplers' normalizers cannot resolve, float32", "obs",
+         _float32(lambda: _sample(em.Poisson(), np.full(100, 1e5)))),
+    Case("nh.sample", "von Mises-Fisher data with a known concentration of 1e7, float32", "obs",
+         _float32(lambda: _sample(em.VonMisesFisher(1e7, np.array([1.0, 0.0])), _UNIT))),
+    Case("nh.sample", "a (T, 2) count matrix with a scalar-event family (T sequences of 2 steps?)", "obs",
+         lambda: _sample(em.Poisson(), np.stack([_COUNTS, _COUNTS], -1))),
+    Case("WeakLimitGibbs (any kernel)", "int64 data beyond int32's range as a model argument, float32", "model_args[0]",
+         _float32(lambda: _kernel_plan(_hdp_model, (3_000_000_000 + np.arange(50)[:, None]).astype(np.int64)))),
+    Case("nh.sample", "states of the wrong shape (a `post_warmup_state` resumed on other data, `init_to_value`)",
+         "y_states", lambda: handlers.seed(handlers.substitute(_hdp_model, data={"y_states": np.zeros(7, int)}), 0)(_Y1)),
+    Case("MCMC (any kernel)", "`init_to_value` states that are not integers", "init_params['y_states']",
+         lambda: _run_with_init({"y_states": np.full(50, 0.5)})),
+    Case("Categorical.weakly_informative", "traced data (`jit_model_args=True`, `CollapsedSVI`, `vmap`) without `num_categories`",
+         "num_categories", lambda: jax.jit(em.Categorical.weakly_informative)(_COUNTS)),
+    # ---- NumPyro handlers the kernels cannot honour (NotImplementedError)
+    Case("WeakLimitGibbs (any kernel, CollapsedSVI)", "`handlers.scale(model, 1e-3)`", "numpyro.handlers.scale",
+         lambda: _kernel_plan(handlers.scale(_hdp_model, 1e-3), _Y1), NotImplementedError),
+    Case("WeakLimitGibbs (any kernel, CollapsedSVI)", "`handlers.mask(model, mask=False)`", "numpyro.handlers.mask",
+         lambda: _kernel_plan(handlers.mask(_hdp_model, mask=False), _Y1), NotImplementedError),
+    Case("WeakLimitGibbs (any kernel, CollapsedSVI)", "`handlers.condition` on the states (a known segmentation)",
+         "numpyro.handlers.condition",
+         lambda: _kernel_plan(handlers.condition(_hdp_model, data={"y_states": np.zeros(50, int)}), _Y1),
+         NotImplementedError),
+    Case("WeakLimitGibbs (any kernel, CollapsedSVI)", "`handlers.block` hiding an HDP-HMM site", "numpyro.handlers.block",
+         lambda: _kernel_plan(handlers.block(_hdp_model, hide=["y_trans"]), _Y1), NotImplementedError),
+    Case("WeakLimitGibbs (any kernel, CollapsedSVI)", "`handlers.reparam` making an HDP-HMM site deterministic",
+         "numpyro.handlers.reparam",
+         lambda: _kernel_plan(handlers.reparam(_hdp_model, config={"y_mu": _Deterministic()}), _Y1),
+         NotImplementedError),
+    Case("nh.sample", "`nh.sample` inside a `numpyro.plate`", "numpyro.plate",
+         lambda: handlers.seed(_in_plate, 0)(), NotImplementedError),
 ]
 
 
 # ----------------------------------------------------------------------------- the page
 def message(case: Case) -> str:
-    """The ``ValueError`` message ``case.call()`` raises (AssertionError if it raises nothing)."""
+    """The message of the error ``case.call()`` raises (prefixed with the error's type unless a
+    ``ValueError``; AssertionError if it raises nothing)."""
     try:
         case.call()
-    except ValueError as e:
-        return str(e)
-    raise AssertionError(f"{case.where}: {case.what}: no ValueError raised")
+    except case.error as e:
+        return str(e) if case.error is ValueError else f"{case.error.__name__}: {e}"
+    raise AssertionError(f"{case.where}: {case.what}: no {case.error.__name__} raised")
 
 
 def _cell(text: str) -> str:
@@ -209,7 +275,8 @@ def render() -> str:
         "Generated from `tests/error_cases.py` by `PYTHONPATH=. python tests/error_cases.py`; "
         "`tests/test_errors.py` runs every case and fails when this page is out of date. Every "
         "check runs on concrete values before any compilation (inside `jit` only the shape checks "
-        "run) and raises a `ValueError` that names the argument.",
+        "run) and raises a `ValueError` that names the argument; a NumPyro effect handler that the kernels cannot "
+        "honour raises a `NotImplementedError` that names the handler and what to do instead.",
         "",
         f"{len(CASES)} cases.",
         "",

@@ -7,7 +7,7 @@ from error_cases import CASES, DOC_PATH, render
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.where}: {c.what}" for c in CASES])
 def test_malformed_input_gets_a_value_error_naming_the_argument(case):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(case.error) as info:
         case.call()
     assert f"`{case.argument}`" in str(info.value), str(info.value)
 

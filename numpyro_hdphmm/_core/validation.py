@@ -28,6 +28,8 @@ __all__ = [
     "as_parameter",
     "default_float_dtype",
     "check_float_range",
+    "check_model_arguments",
+    "check_log_likelihood_precision",
     "host_warning",
 ]
 
@@ -172,6 +174,8 @@ def as_data_array(name: str, value):
     """
     if isinstance(value, jax.Array):
         _check_numeric_dtype(name, np.dtype(value.dtype))
+        if _is_narrow_float(np.dtype(value.dtype)):
+            return value.astype(default_float_dtype())
         return value
     if value is None:
         raise ValueError(f"`{name}` is None; pass an array of observations.")
@@ -194,11 +198,38 @@ def as_data_array(name: str, value):
                 ) from None
             raise ValueError(f"`{name}` could not be read as a numeric array: {e}") from None
     _check_numeric_dtype(name, arr.dtype)
+    return _representable(arr)
+
+
+def _is_narrow_float(dtype) -> bool:
+    """A floating dtype narrower than 32 bits (``float16``, ``bfloat16``, the ``float8`` types)."""
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype.itemsize < 4
+
+
+def _representable(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in a dtype JAX holds without changing a value: floats narrower than 32 bits are
+    widened to the default float dtype (exactly), ``longdouble`` becomes ``float64`` (JAX has no
+    wider float); integers outside the range of the integer dtype JAX would convert them to
+    (``int32``/``uint32`` without ``jax_enable_x64``; ``jnp.asarray`` would wrap them around, e.g.
+    ``3e9 -> -1.3e9``) become ``float64`` (then the working float dtype, like float data)."""
+    dtype = arr.dtype
+    if _is_narrow_float(dtype):
+        return arr.astype(default_float_dtype())
+    if dtype.kind == "f" and dtype.itemsize > 8:
+        return arr.astype(np.float64)
+    if dtype.kind in "iu" and arr.size:
+        target = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+        if target != dtype:
+            info = np.iinfo(target)
+            if arr.min() < info.min or arr.max() > info.max:
+                return arr.astype(np.float64)
     return arr
 
 
 def _check_numeric_dtype(name: str, dtype) -> None:
     kind = dtype.kind
+    if kind == "V" and jnp.issubdtype(dtype, jnp.floating):
+        return  # bfloat16, float8_*: NumPy extension floats (ml_dtypes), kind "V"
     if kind == "c":
         raise ValueError(
             f"`{name}` holds complex numbers (dtype {dtype}); pass real values (e.g. the real and imaginary "
@@ -260,6 +291,54 @@ def check_float_range(name: str, what: str, value: float, dtype, low: float = 0.
         f"samplers' sums and products). {_RESCALE if rescale else 'Enable'} 64-bit floats with "
         "`jax.config.update('jax_enable_x64', True)` at the start of the program."
     )
+
+
+def check_model_arguments(model_args, model_kwargs, where: str) -> None:
+    """Refuse host integer arrays among a model's arguments that JAX would wrap around when it
+    converts them (``int64`` values beyond ``int32`` without ``jax_enable_x64``: a compiled
+    sampler receives ``3000000000`` as ``-1294967296``).  ``nh.sample`` converts such data to
+    floats itself, but the arguments of a kernel's compiled program are converted by JAX before the
+    model runs; the ``ValueError`` names the argument (``model_args[i]`` or the keyword)."""
+    named = [(f"model_args[{i}]", a) for i, a in enumerate(model_args)]
+    named += [(str(k), v) for k, v in (model_kwargs or {}).items()]
+    for name, value in named:
+        for leaf in jax.tree_util.tree_leaves(value):
+            if isinstance(leaf, jax.Array) or not isinstance(leaf, (np.ndarray, np.generic)):
+                continue
+            arr = np.asarray(leaf)
+            if arr.dtype.kind not in "iu" or arr.size == 0:
+                continue
+            target = np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype))
+            info = np.iinfo(target)
+            if target != arr.dtype and (arr.min() < info.min or arr.max() > info.max):
+                raise ValueError(
+                    f"`{name}` ({where}): integers between {arr.min()} and {arr.max()} ({arr.dtype}) exceed the range of "
+                    f"{target}, the integer type JAX converts them to without 64-bit mode; they would wrap around "
+                    f"(e.g. {int(arr.max())} -> {int(arr.max().astype(target))}). Pass them as floats (`y.astype(float)`) "
+                    "or enable 64-bit mode with `jax.config.update('jax_enable_x64', True)` at the start of the program."
+                )
+
+
+#: the rounding error (in nats) of one step's log-likelihood that the package accepts: the
+#: differences between the states that matter are of order one nat per step (a shift of one
+#: standard deviation costs half a nat)
+LOG_LIKELIHOOD_TOLERANCE = 0.5
+
+
+def check_log_likelihood_precision(name: str, what: str, magnitude: float, dtype, remedy: str = "") -> None:
+    """Refuse data whose per-step log-likelihood terms reach ``magnitude`` (host float, in nats):
+    in ``dtype`` their rounding error ``eps * magnitude`` would swamp the differences between the
+    states (``ValueError`` naming ``name`` and float64 when the error exceeds
+    :data:`LOG_LIKELIHOOD_TOLERANCE`)."""
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    error = eps * float(magnitude)
+    if error > LOG_LIKELIHOOD_TOLERANCE:
+        raise ValueError(
+            f"`{name}`: {what}, so the log-likelihood's terms reach about {magnitude:.3g} nats, whose rounding error in "
+            f"{np.dtype(dtype)} (about {error:.2g} nats) swamps the differences between the states (of order one nat "
+            f"per step): the states would be merged or split at random. {remedy}{'e' if remedy else 'E'}nable 64-bit floats with "
+            "`jax.config.update('jax_enable_x64', True)` at the start of the program."
+        )
 
 
 # ------------------------------------------------------------------------ host-side warnings

@@ -341,15 +341,28 @@ def data_moments(rows, valid):
 
 @jax.jit
 def regularize_scale(cov):
-    """``cov`` plus a small ridge (``1e-6`` of the mean variance, or 1 if that is 0) so it is PD.
-    Jitted (as :func:`cholesky`)."""
+    """``cov`` plus a small ridge (``1e-6`` of the mean variance, or 1 if that is 0) so it is PD,
+    and, for (nearly) collinear dimensions, a ridge that bounds the condition number by
+    ``1 / (CONDITION_RIDGE eps)`` in ``cov``'s dtype.  Jitted (as :func:`cholesky`)."""
     D = cov.shape[-1]
     level = jnp.trace(cov) / D
     level = jnp.where(level > 0, level, 1.0)
     bad = ~jnp.all(jnp.isfinite(cov))
     cov = jnp.where(bad, jnp.eye(D, dtype=cov.dtype), cov)
     level = jnp.where(bad, 1.0, level)
-    return _sym(cov) + 1e-6 * level * jnp.eye(D, dtype=cov.dtype)
+    cov = _sym(cov) + 1e-6 * level * jnp.eye(D, dtype=cov.dtype)
+    # (nearly) collinear dimensions: raise the smallest eigenvalue to CONDITION_RIDGE * eps(dtype) of the
+    # largest, so the posterior scatter's Cholesky factors and inverse-Wishart draws stay finite in the dtype
+    # (well-conditioned covariances are unchanged)
+    eig = jnp.linalg.eigvalsh(cov)
+    floor = eig[-1] * CONDITION_RIDGE * jnp.finfo(cov.dtype).eps
+    return cov + jnp.maximum(floor - eig[0], 0.0) * jnp.eye(D, dtype=cov.dtype)
+
+
+#: the smallest eigenvalue of a data-scaled prior scale, as a multiple of ``eps * largest``
+#: (:func:`regularize_scale`): a condition number of at most ``1 / (CONDITION_RIDGE eps)``
+#: (8.4e3 in float32)
+CONDITION_RIDGE = 1e3
 
 
 def mniw_expected_log_likelihood(y, x, loc_n, col_precision_n, df_n, scale_n):

@@ -22,7 +22,13 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, xlogy
 
 from numpyro_hdphmm._core.random import dirichlet
-from numpyro_hdphmm._core.validation import as_data_array, check_integer, check_positive, is_concrete
+from numpyro_hdphmm._core.validation import (
+    as_data_array,
+    check_integer,
+    check_log_likelihood_precision,
+    check_positive,
+    is_concrete,
+)
 from numpyro_hdphmm.emissions._gamma import as_array, as_float, float_dtype
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
@@ -109,6 +115,11 @@ class Categorical(EmissionFamily):
         if is_concrete(y):
             check_integer(name, np.asarray(y), low=0, high=self.num_categories, allow_nan=True,
                           what=f"category indices 0..{self.num_categories - 1}")
+            # the samplers count steps per state in the float type: counts must stay exact
+            arr = np.asarray(y)
+            n = int(np.sum(~np.isnan(arr))) if arr.dtype.kind == "f" else int(arr.size)
+            check_log_likelihood_precision(name, f"{n} observed steps are counted per state", float(n),
+                                           np.dtype(self.concentration.dtype), "Split the data into shorter fits, or ")
 
     def prepare(self, y):
         """``y (T,) -> (x (T,) int32, valid (T,))``; NaN (float input) -> category 0, invalid."""
@@ -252,6 +263,14 @@ class Categorical(EmissionFamily):
             if num_categories is None:
                 raise ValueError(
                     "Categorical.weakly_informative(None): without data the number of categories is unknown; "
+                    "pass `num_categories`."
+                )
+            return cls(_check_num_categories(num_categories), concentration)
+        if not is_concrete(data):  # traced data (jit_model_args, CollapsedSVI, vmap): C cannot come from the values
+            if num_categories is None:
+                raise ValueError(
+                    "`num_categories`: Categorical.weakly_informative got traced data (jit_model_args=True, "
+                    "CollapsedSVI, jax.vmap), whose values cannot set the number of categories (a static shape); "
                     "pass `num_categories`."
                 )
             return cls(_check_num_categories(num_categories), concentration)

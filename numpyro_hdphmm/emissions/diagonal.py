@@ -363,6 +363,14 @@ class DiagonalGaussian(EmissionFamily):
         if data is None:
             D = check_dim(dim, dimension_hint(overrides, ("loc", -1)))
             mean, var = np.zeros(D), np.ones(D)
+        elif not is_concrete(data):  # traced data (jit_model_args, CollapsedSVI, vmap): no value checks
+            flat = jnp.asarray(vector_data(data, dim), jnp.result_type(float))
+            flat = flat.reshape(-1, flat.shape[-1])
+            observed = ~jnp.isnan(flat)
+            count = jnp.maximum(observed.sum(0), 1)
+            mean = jnp.where(observed, flat, 0.0).sum(0) / count
+            var = jnp.where(observed, (flat - mean) ** 2, 0.0).sum(0) / count
+            var = jnp.where(var > 0, var, 1.0)
         else:
             arr = np.asarray(vector_data(data, dim), dtype=float)
             observed_rows("data", arr, need=1, event_ndim=0)  # no steps, infinities, all missing
@@ -385,5 +393,5 @@ class DiagonalGaussian(EmissionFamily):
             loc=overrides.get("loc", mean),
             mean_precision=overrides.get("mean_precision", 0.1),
             concentration=concentration,
-            rate=overrides.get("rate", np.asarray(concentration) * var),
+            rate=overrides.get("rate", jnp.asarray(concentration) * var if not is_concrete(var) else np.asarray(concentration) * var),
         )

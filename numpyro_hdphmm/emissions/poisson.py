@@ -27,6 +27,7 @@ from numpyro_hdphmm._core.validation import (
     as_data_array,
     check_float_range,
     check_integer,
+    check_log_likelihood_precision,
     check_positive,
     is_concrete,
 )
@@ -140,6 +141,19 @@ class Poisson(EmissionFamily):
             with np.errstate(over="ignore"):
                 total = float(np.nansum(y.astype(float)))
             check_float_range(name, "the sum of the counts", total, np.dtype(self.rate.dtype), rescale=False)
+            # one step's log-likelihood y log(rate) - rate - log y! has terms of size y (1 + log y) (Stirling)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                yf = np.nan_to_num(y.astype(float), nan=0.0)
+                terms = yf * (1.0 + np.log(np.maximum(yf, 1.0)))
+            per_step = terms.reshape(terms.shape[: terms.ndim - n_event] + (-1,)).sum(-1) if n_event else terms
+            dtype = np.dtype(self.rate.dtype)
+            check_log_likelihood_precision(
+                name, f"the counts reach {np.nanmax(yf, initial=0.0):.3g}", float(np.max(per_step, initial=0.0)), dtype)
+            # the collapsed kernels' Gamma normalizers log Gamma(a + S) of a state's total S (as large as the sum
+            # of the counts) enter every step's predictive log-likelihood as differences
+            check_log_likelihood_precision(
+                name, f"the counts sum to {total:.3g} (the collapsed samplers' Gamma-Poisson normalizers)",
+                total * (1.0 + np.log(max(total, 1.0))), dtype, "Shorten the series, or ")
 
     def prepare(self, y):
         """``y (T, *event) -> (x (T, *event) float, valid (T,))``.
@@ -279,6 +293,15 @@ class Poisson(EmissionFamily):
         event_shape = _check_event_shape(overrides.get("event_shape", ()))
         if data is None:
             mean = np.ones(event_shape)
+        elif not is_concrete(data):  # traced data (jit_model_args, CollapsedSVI, vmap): no value checks
+            n_event = len(event_shape)
+            if jnp.ndim(data) < 1 + n_event or tuple(jnp.shape(data)[jnp.ndim(data) - n_event:]) != event_shape:
+                raise ValueError(f"`data` must have shape (..., T, *{event_shape}), got {jnp.shape(data)}.")
+            flat = jnp.asarray(data, jnp.result_type(float)).reshape((-1,) + event_shape)
+            observed = ~jnp.isnan(flat)
+            count = observed.sum(0)
+            mean = jnp.where(observed, flat, 0.0).sum(0) / jnp.maximum(count, 1)
+            mean = jnp.where((count > 0) & (mean > 0), mean, 1.0)
         else:
             arr = as_data_array("data", data)
             arr = np.asarray(arr)
@@ -294,5 +317,5 @@ class Poisson(EmissionFamily):
             mean = np.where(observed, flat, 0.0).sum(0) / np.maximum(count, 1)
             mean = np.where((count > 0) & (mean > 0), mean, 1.0)
         concentration = overrides.get("concentration", 1.0)
-        rate = overrides.get("rate", np.asarray(concentration) / mean)
+        rate = overrides.get("rate", jnp.asarray(concentration) / mean if not is_concrete(mean) else np.asarray(concentration) / mean)
         return cls(concentration, rate, event_shape)

@@ -37,6 +37,7 @@ from numpyro_hdphmm._core.validation import (
     check_positive,
     check_unit_vectors,
     is_concrete,
+    check_log_likelihood_precision,
 )
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
@@ -306,6 +307,13 @@ class VonMisesFisher(EmissionFamily):
         if is_concrete(y):
             check_finite(name, y, allow_nan=True)
             check_unit_vectors(name, y, atol=1e-4, allow_nan=True)
+            if is_concrete(self.concentration):
+                # kappa mu.y per step; the collapsed samplers' normalizers log C(|kappa sum y|) up to kappa n
+                kappa = float(np.max(np.asarray(self.concentration)))
+                n = int(np.sum(~np.any(np.isnan(np.asarray(y, float)), axis=-1)))
+                check_log_likelihood_precision(
+                    name, f"the known concentration is {kappa:.3g} over {n} observed steps", kappa * max(n, 1),
+                    np.dtype(self.concentration.dtype), "Lower `concentration`, or ")
 
     def prepare(self, y):
         """``y (T, D) -> (x (T, D), valid (T,))``.
@@ -444,6 +452,19 @@ class VonMisesFisher(EmissionFamily):
             if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 2:
                 raise ValueError(f"`dim` must be an integer >= 2, got {dim!r}.")
             return cls(concentration, np.eye(int(dim))[0], prior_concentration)
+        if not is_concrete(data):  # traced data (jit_model_args, CollapsedSVI, vmap): no value checks
+            if jnp.ndim(data) < 2 or jnp.shape(data)[-1] < 2:
+                raise ValueError(f"`data` must have shape (..., T, D) with D >= 2, got {jnp.shape(data)}.")
+            D = jnp.shape(data)[-1]
+            flat = jnp.asarray(data, jnp.result_type(float)).reshape(-1, D)
+            valid = ~jnp.any(jnp.isnan(flat), axis=-1)
+            resultant = jnp.where(valid[:, None], flat, 0.0).sum(0)
+            norm = jnp.linalg.norm(resultant)
+            prior_mean = jnp.where(norm > 0, resultant / jnp.where(norm > 0, norm, 1.0), jnp.eye(D, dtype=flat.dtype)[0])
+            if concentration is None:
+                r = jnp.clip(norm / jnp.maximum(valid.sum(), 1), 1e-3, 1.0 - 1e-6)
+                concentration = r * (D - r * r) / (1.0 - r * r)
+            return cls(concentration, prior_mean, prior_concentration)
         arr = np.asarray(as_data_array("data", data), dtype=float)
         if arr.ndim < 2 or arr.shape[-1] < 2:
             raise ValueError(f"`data` must have shape (..., T, D) with D >= 2, got {arr.shape}.")

@@ -813,10 +813,13 @@ class HDPKernel(MCMCKernel):
         given.update({k: v for k, v in (init_params or {}).items() if k in z})
         z.update({k: jnp.asarray(v, jnp.result_type(z[k])) for k, v in given.items()})
         given_states = given.get(sites.states)
+        given_states = {**(initialization.given_values(strategy) if callable(strategy) else {}), **(init_params or {})}.get(
+            sites.states, given_states)  # as given (before the cast above, which would truncate 0.5 to 0)
         if given_states is not None and is_concrete(given_states):  # checked on the host: inside the
             host = np.asarray(given_states)  # compiled init, jnp on a constant is traced too
-            if np.any(host < 0) or np.any(host >= spec.capacity):
-                raise ValueError(f"`init_params['{sites.states}']` must hold states in [0, max_states={spec.capacity}).")
+            if (host.dtype.kind not in "biuf" or np.any(~np.isfinite(host)) or np.any(host != np.round(host))
+                    or np.any(host < 0) or np.any(host >= spec.capacity)):
+                raise ValueError(f"`init_params['{sites.states}']` must hold integer states in [0, max_states={spec.capacity}).")
         view = self._view(model_args, model_kwargs, z)
         start = self._explicit_of(z)
         states = None

@@ -37,6 +37,7 @@ from numpyro.primitives import Messenger
 
 from numpyro_hdphmm._core.compile import at_top_level, one_off_jit
 from numpyro_hdphmm._core.crp import HYPERPARAMETER_UPDATES, Concentrations, HyperPriors
+from numpyro_hdphmm._core.validation import check_model_arguments
 from numpyro_hdphmm.emissions.categorical import Categorical
 from numpyro_hdphmm.primitives import HDP_ROLE
 
@@ -306,11 +307,31 @@ def _find_sites(trace, kernel: str) -> Tuple[HMMSites, bool, object]:
     if len(names) > 1:
         raise NotImplementedError(f"{kernel}: the model declares {len(names)} HDP-HMMs ({names}); one per model is supported.")
     name = names[0]
+    missing = [r for r in ("beta", "trans", "states", "obs") if (name, r) not in roles]
+    if missing:
+        raise NotImplementedError(
+            f"{kernel}: the HDP-HMM '{name}' has no {', '.join(repr(f'{name}_{r}') for r in missing)} sample site: "
+            "`numpyro.handlers.block` hid it, or `numpyro.handlers.reparam` made it a deterministic site. The kernels "
+            "update every site numpyro_hdphmm.sample declares; apply block/reparam to the other sites of the model only."
+        )
     obs = roles[(name, "obs")][0]
     if not trace[obs]["is_observed"]:
         raise ValueError(f"{kernel}: the HDP-HMM site '{obs}' must be observed (pass obs=...).")
+    for (_, role), site_names in roles.items():
+        for site_name in site_names:
+            if role != "obs" and trace[site_name]["is_observed"]:
+                raise NotImplementedError(_observed_site_message(kernel, name, site_name, role))
     fn = trace[obs]["fn"]
     emission = fn.emission
+    for p in emission.param_names if emission.owns_parameters else ():
+        site = trace.get(f"{name}_{p}")
+        if site is None or site["type"] != "sample":
+            raise NotImplementedError(
+                f"{kernel}: the HDP-HMM '{name}' has no '{name}_{p}' sample site: `numpyro.handlers.block` hid it, or "
+                "`numpyro.handlers.reparam` made it a deterministic site. The kernels update every site "
+                "numpyro_hdphmm.sample declares; apply block/reparam to the other sites of the model only.")
+        if site["is_observed"]:
+            raise NotImplementedError(_observed_site_message(kernel, name, f"{name}_{p}", "params"))
     sites = HMMSites(
         name=name,
         beta=roles[(name, "beta")][0],
@@ -320,6 +341,50 @@ def _find_sites(trace, kernel: str) -> Tuple[HMMSites, bool, object]:
         params=tuple((p, f"{name}_{p}") for p in emission.param_names),
     )
     return sites, len(fn.batch_shape) == 2, emission
+
+
+def _observed_site_message(kernel: str, name: str, site: str, role: str) -> str:
+    what = ("held fixed at a known segmentation" if role == "states" else "held fixed")
+    remedy = (
+        "The kernels resample the states in every sweep. With the segmentation known, the emission parameters' "
+        f"posterior is conjugate: `hmm.emission.posterior(hmm.emission.sufficient_statistics(x, weights))` with "
+        "one-hot weights of the known states (`x, valid = hmm.emission.prepare(y)`)."
+        if role == "states" else
+        "The kernels update every site numpyro_hdphmm.sample declares; condition on the other sites of the model "
+        "(e.g. gamma, alpha, kappa) only."
+    )
+    return (f"{kernel}: the HDP-HMM site '{site}' is observed ({what} by `numpyro.handlers.condition`, or replaced "
+            f"by `numpyro.handlers.reparam`), which the kernels do not support. {remedy}")
+
+
+def check_handlers(trace, kernel: str) -> None:
+    """Refuse the NumPyro effect handlers the kernels' own updates would silently ignore
+    (``NotImplementedError`` naming the handler and the site): ``numpyro.handlers.scale`` (a
+    tempered likelihood or prior: the conjugate updates use the untempered ones) and
+    ``numpyro.handlers.mask`` (a masked-out site: the updates would use it anyway), on any
+    sample site of ``trace``."""
+    for site_name, site in trace.items():
+        if site["type"] != "sample":
+            continue
+        scale = site.get("scale")
+        if scale is not None and not (_is_constant(scale) and np.all(np.asarray(scale) == 1)):
+            raise NotImplementedError(
+                f"{kernel}: site '{site_name}' is scaled (`numpyro.handlers.scale`, factor "
+                f"{np.asarray(scale) if _is_constant(scale) else 'traced'}); the kernels' conjugate and auxiliary-variable "
+                "updates use the unscaled likelihood and priors, so the scale would be ignored. Remove the handler; for a "
+                "subsampled or tempered fit of an HDP-HMM use CollapsedSVI(num_sequences=...) on minibatches of sequences."
+            )
+        fn = site["fn"]
+        while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
+            if isinstance(fn, dist.MaskedDistribution):
+                mask = fn._mask
+                if mask is not None and not (_is_constant(mask) and np.all(np.asarray(mask))):
+                    raise NotImplementedError(
+                        f"{kernel}: site '{site_name}' is masked (`numpyro.handlers.mask` or `.mask(...)`); the kernels' "
+                        "updates would use the masked-out terms anyway. Mark missing observations with NaN in `obs` "
+                        "(or shorter sequences with `lengths=`) instead."
+                    )
+            fn = fn.base_dist
 
 
 # ------------------------------------------------------------------------ recognition
@@ -653,8 +718,10 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
     describe = describe or {}
     if hyperparameters not in HYPERPARAMETER_UPDATES:
         raise ValueError(f"`hyperparameters` must be one of {HYPERPARAMETER_UPDATES}, got {hyperparameters!r}.")
+    check_model_arguments(model_args, model_kwargs, kernel)
     with jax.ensure_compile_time_eval():
         trace = discovery_trace(model, model_args, model_kwargs)
+        check_handlers(trace, kernel)
         sites, batched, emission = _find_sites(trace, kernel)
         latent = latent_sites(trace)
         beta_fn = trace[sites.beta]["fn"]

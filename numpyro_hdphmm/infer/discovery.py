@@ -347,7 +347,7 @@ def _observed_site_message(kernel: str, name: str, site: str, role: str) -> str:
     what = ("held fixed at a known segmentation" if role == "states" else "held fixed")
     remedy = (
         "The kernels resample the states in every sweep. With the segmentation known, the emission parameters' "
-        f"posterior is conjugate: `hmm.emission.posterior(hmm.emission.sufficient_statistics(x, weights))` with "
+        "posterior is conjugate: `hmm.emission.posterior(hmm.emission.sufficient_statistics(x, weights))` with "
         "one-hot weights of the known states (`x, valid = hmm.emission.prepare(y)`)."
         if role == "states" else
         "The kernels update every site numpyro_hdphmm.sample declares; condition on the other sites of the model "

@@ -113,6 +113,10 @@ __all__ = [
     "PointSegmentation",
     "point_segmentation",
     "expected_partition_loss",
+    "state_shares",
+    "effective_num_states",
+    "kept_states",
+    "step_agreement",
     "StateSummary",
     "summary",
     "print_summary",
@@ -608,6 +612,94 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
 
 
 # ============================================================================ summaries
+#: default share of the labelled steps a state must hold to count in :func:`effective_num_states`
+MIN_SHARE = 0.01
+
+
+def state_shares(states, num_states: Optional[int] = None, *, lengths=None) -> np.ndarray:
+    r"""``(S, K)`` share of each draw's labelled steps in each state: ``n^(s)_k / n``.
+
+    ``states``: ``(S, T)`` or ``(S, N, T)`` draws (``samples["y_states"]``, chains flattened;
+    negative = unlabelled); ``num_states``: ``K`` (default: the largest label + 1); ``lengths``:
+    ``(N,)`` (padded steps unlabelled).
+    """
+    labels, _ = _step_labels(states, lengths, "states")
+    k = int(labels.max()) + 1 if num_states is None else check_static_int("num_states", num_states)
+    if labels.max() >= k:
+        raise ValueError(f"`states` must hold labels < num_states = {k}, got {labels.max()}.")
+    S = labels.shape[0]
+    valid = labels >= 0
+    counts = np.bincount((np.arange(S)[:, None] * k + np.maximum(labels, 0))[valid], minlength=S * k).reshape(S, k)
+    return counts / np.maximum(valid.sum(1, keepdims=True), 1)
+
+
+def effective_num_states(states, min_share: float = MIN_SHARE, *, lengths=None) -> np.ndarray:
+    r"""Number of states holding at least ``min_share`` of the labelled steps, per draw.
+
+    The raw count (``{name}_num_states``: states labelling at least one step) also counts the
+    states a sampler opens for a handful of steps and closes again, which the posterior of an
+    HDP-HMM always holds some of: with ``T`` steps, a state of 1-2 steps costs little under the
+    prior and moves the count, not the segmentation.  The effective count leaves out states
+    below ``min_share`` (default 1% of the steps); report it beside the raw count, and the
+    number of clusters of :func:`point_segmentation` (which also merges duplicated states).
+
+    Args:
+        states: ``(S, T)`` or ``(S, N, T)`` draws (negative = unlabelled).
+        min_share: the share of the labelled steps, in ``(0, 1]``.
+        lengths: ``(N,)`` sequence lengths (padded steps unlabelled).
+
+    Returns:
+        ``(S,)`` int64.
+    """
+    if not 0.0 < float(min_share) <= 1.0:
+        raise ValueError(f"`min_share` must be in (0, 1], got {min_share}.")
+    return np.sum(state_shares(states, lengths=lengths) >= min_share, axis=1).astype(np.int64)
+
+
+def kept_states(states, num_states: int, *, min_occupancy: float = 0.5, min_share: float = MIN_SHARE,
+                lengths=None) -> np.ndarray:
+    """The labels of the states that hold at least ``min_share`` of the steps in at least
+    ``min_occupancy`` of the draws (after relabelling: the states a per-state summary shows;
+    the others hold prior draws in most draws).  ``states (S, T)`` or ``(S, N, T)``; ``(k,)``
+    int64 in increasing order.  Used by :func:`summary` and :func:`numpyro_hdphmm.to_inference_data`
+    so that both show the same states."""
+    if not 0.0 <= float(min_occupancy) <= 1.0:
+        raise ValueError(f"`min_occupancy` must be in [0, 1], got {min_occupancy}.")
+    if not 0.0 < float(min_share) <= 1.0:
+        raise ValueError(f"`min_share` must be in (0, 1], got {min_share}.")
+    shares = state_shares(states, num_states, lengths=lengths)
+    return np.flatnonzero(np.mean(shares >= min_share, axis=0) >= min_occupancy)
+
+
+def step_agreement(draws, labels, *, lengths=None) -> np.ndarray:
+    r"""Per-step posterior probability that a step is in the state a segmentation gives it.
+
+    Every draw is matched to ``labels`` (e.g. ``point_segmentation(...).labels``) by the
+    Hungarian algorithm (:func:`numpyro_hdphmm.diagnostics.relabel`, maximal overlap), and the
+    result at step ``t`` is the fraction of draws whose matched label at ``t`` is ``labels[t]``:
+    1 where every draw agrees, low at uncertain change points.  Label-invariant.
+
+    Args:
+        draws: ``(S, T)`` or ``(S, N, T)`` draws (negative = unlabelled).
+        labels: ``(T,)`` or ``(N, T)``, the segmentation.
+        lengths: ``(N,)`` sequence lengths.
+
+    Returns:
+        the shape of ``labels``, float64 (NaN at unlabelled steps).
+    """
+    flat, layout = _step_labels(draws, lengths, "draws")
+    ref = as_labels("labels", labels)
+    if ref.shape != layout:
+        raise ValueError(f"`labels` must have shape {layout} (one draw), got {ref.shape}.")
+    ref = ref.reshape(-1)
+    if lengths is not None:
+        ref = np.where(flat[0] >= 0, ref, -1)
+    k = int(max(flat.max(), ref.max())) + 1
+    matched, _ = relabel(flat, ref, num_states=k, permutation=True)
+    agree = np.mean(np.asarray(matched) == ref[None], axis=0)
+    return np.where(ref >= 0, agree, np.nan).reshape(layout)
+
+
 def _hdp_site_name(samples) -> str:
     names = sorted(k[: -len("_trans")] for k in samples if k.endswith("_trans") and f"{k[:-len('_trans')]}_states" in samples)
     if len(names) != 1:
@@ -627,6 +719,8 @@ class StateSummary(NamedTuple):
     states : the (relabelled) labels of the kept states, the order of the state axis of ``sites``
     occupancy : ``(K,)`` the fraction of draws in which each (relabelled) state labels some step
     constant : ``{site: value}`` of the sites whose draws are all equal (no R-hat or ESS exists)
+    point : the :class:`PointSegmentation` of the draws (``None`` with ``point_estimate=False``):
+        its ``num_clusters`` is the number of states of the Bayes point estimate
     """
 
     sites: dict
@@ -634,10 +728,12 @@ class StateSummary(NamedTuple):
     states: np.ndarray
     occupancy: np.ndarray
     constant: dict
+    point: Optional[PointSegmentation] = None
 
 
 def summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None, min_occupancy: float = 0.5,
-            prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (), group_by_chain: bool = True) -> StateSummary:
+            prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (), group_by_chain: bool = True,
+            min_share: float = MIN_SHARE, point_estimate: bool = True) -> StateSummary:
     r"""A label-switching-proof summary of HDP-HMM draws (what ``mcmc.print_summary()`` would show).
 
     NumPyro's ``MCMC.print_summary`` summarizes every element of every site: one row per time step
@@ -650,9 +746,14 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
     * ``{name}_states`` is replaced by ``{name}_num_states`` (label-invariant; use
       :func:`point_segmentation` or :func:`numpyro_hdphmm.viterbi` for the segmentation) and
       ``{name}_trans`` is left out (``(K+1)^2`` entries; read it from the relabelled samples);
+    * the number of states three ways: ``{name}_num_states`` (raw: the states labelling some
+      step), ``{name}_effective_states`` (the states holding at least ``min_share`` of the steps,
+      :func:`effective_num_states`) and, with ``point_estimate``, the number of clusters of the
+      Bayes point estimate :func:`point_segmentation` (VI loss; it also merges duplicated states);
     * the emission parameters (and ``extra_sites``) and ``{name}_beta`` are kept for the states
-      with ``occupancy >= min_occupancy``: the states that label some step in at least that
-      fraction of draws (the others hold prior draws in most draws);
+      that hold at least ``min_share`` of the steps in at least ``min_occupancy`` of the draws
+      (:func:`kept_states`; the others hold prior draws in most draws);
+      :func:`numpyro_hdphmm.to_inference_data` with ``relabel=True`` keeps the same states;
     * sites whose draws are all equal are listed in ``constant`` instead of getting a NaN row.
 
     Args:
@@ -666,6 +767,8 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
         lengths: ``(N,)`` sequence lengths (padded steps), for the relabelling.
         extra_sites: the user's own state-indexed sites (custom emissions).
         group_by_chain: whether the samples have a leading chain axis.
+        min_share: the share of the steps a state must hold to count as effective (and kept).
+        point_estimate: compute the point segmentation (its cost: :func:`point_segmentation`).
     """
     from numpyro.diagnostics import summary as numpyro_summary
 
@@ -684,19 +787,19 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
         samples = {k: np.asarray(v) for k, v in samples.items()}
     sites = find_state_sites(samples, name, extra_sites)
     K = sites.num_states
-    labels, _ = _step_labels(samples[sites.states].reshape((-1,) + samples[sites.states].shape[2:]), lengths,
-                             f"samples[{sites.states!r}]")
-    used = np.zeros((labels.shape[0], K + 1), bool)
-    np.put_along_axis(used, np.where(labels >= 0, labels, K), True, axis=1)
-    occupancy = used[:, :K].mean(0)
-    kept = np.flatnonzero(occupancy >= min_occupancy)
+    flat_states = samples[sites.states].reshape((-1,) + samples[sites.states].shape[2:])
+    shares = state_shares(flat_states, K, lengths=lengths)
+    used = shares > 0
+    occupancy = used.mean(0)
+    kept = kept_states(flat_states, K, min_occupancy=min_occupancy, min_share=min_share, lengths=lengths)
     lead = samples[sites.trans].shape[:2]
     out = {}
     state_indexed = {sites.trans, sites.states, sites.beta, *sites.params}
     for k, v in samples.items():
         if k not in state_indexed and k != f"{name}_num_states":
             out[k] = v
-    out[f"{name}_num_states"] = used[:, :K].sum(1).reshape(lead)
+    out[f"{name}_num_states"] = used.sum(1).reshape(lead)
+    out[f"{name}_effective_states"] = np.sum(shares >= min_share, axis=1).reshape(lead)
     if sites.beta is not None:
         out[sites.beta] = samples[sites.beta][:, :, kept]
     for k in sites.params:
@@ -704,25 +807,37 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
     constant = {k: v[0, 0] for k, v in out.items() if v.size and np.all(v == v[:1, :1])}
     varying = {k: v for k, v in out.items() if k not in constant}
     stats = numpyro_summary(varying, prob=prob, group_by_chain=True) if varying else {}
-    return StateSummary(out, stats, kept, occupancy, constant)
+    point = point_segmentation(flat_states, lengths=lengths) if point_estimate else None
+    return StateSummary(out, stats, kept, occupancy, constant, point)
 
 
 def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None,
                   min_occupancy: float = 0.5, prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (),
-                  group_by_chain: bool = True) -> StateSummary:
+                  group_by_chain: bool = True, min_share: float = MIN_SHARE,
+                  point_estimate: bool = True) -> StateSummary:
     """Print :func:`summary` as ``numpyro.diagnostics.print_summary`` does (the kept states' labels,
     the constant sites and the occupancy below the table) and return it.  Arguments as
     :func:`summary`; use it instead of ``mcmc.print_summary()`` for HDP-HMM models."""
     from numpyro.diagnostics import print_summary as numpyro_print_summary
 
     res = summary(samples, name=name, relabel=relabel, reference=reference, min_occupancy=min_occupancy, prob=prob,
-                  lengths=lengths, extra_sites=extra_sites, group_by_chain=group_by_chain)
+                  lengths=lengths, extra_sites=extra_sites, group_by_chain=group_by_chain, min_share=min_share,
+                  point_estimate=point_estimate)
     varying = {k: v for k, v in res.sites.items() if k not in res.constant}
     if varying:
         numpyro_print_summary(varying, prob=prob, group_by_chain=True)
     what = "relabelled " if relabel else ""
-    print(f"state-indexed sites: the {what}states used in >= {min_occupancy:.0%} of draws, labels {res.states.tolist()} "
-          f"(occupancy {np.round(res.occupancy[res.states], 2).tolist()}); states and transition rows left out")
+    raw = [k for k in res.sites if k.endswith("_num_states")][0]
+    eff = raw[: -len("_num_states")] + "_effective_states"
+    line = (f"number of states: raw (labelling some step) mean {np.mean(res.sites[raw]):.2f}, effective (>= "
+            f"{min_share:.0%} of the steps) mean {np.mean(res.sites[eff]):.2f}")
+    if res.point is not None:
+        line += (f", point segmentation {res.point.num_clusters} (expected VI loss "
+                 f"{res.point.expected_loss:.3g})")
+    print(line)
+    print(f"state-indexed sites: the {what}states holding >= {min_share:.0%} of the steps in >= {min_occupancy:.0%} "
+          f"of draws, labels {res.states.tolist()} (occupancy {np.round(res.occupancy[res.states], 2).tolist()}); "
+          "states and transition rows left out")
     for k, v in res.constant.items():
         print(f"constant over all draws: {k} = {np.asarray(v).tolist()}")
     return res

@@ -721,6 +721,8 @@ class StateSummary(NamedTuple):
     constant : ``{site: value}`` of the sites whose draws are all equal (no R-hat or ESS exists)
     point : the :class:`PointSegmentation` of the draws (``None`` with ``point_estimate=False``):
         its ``num_clusters`` is the number of states of the Bayes point estimate
+    divergences : ``(C,)`` the inner kernel's divergent sweeps per chain (``None`` when unknown:
+        the ``diverging`` extra field of an ``MCMC`` object, or the ``diverging`` argument)
     """
 
     sites: dict
@@ -729,6 +731,7 @@ class StateSummary(NamedTuple):
     occupancy: np.ndarray
     constant: dict
     point: Optional[PointSegmentation] = None
+    divergences: Optional[np.ndarray] = None
 
 
 def summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None, min_occupancy: float = 0.5,
@@ -769,10 +772,14 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
         group_by_chain: whether the samples have a leading chain axis.
         min_share: the share of the steps a state must hold to count as effective (and kept).
         point_estimate: compute the point segmentation (its cost: :func:`point_segmentation`).
+        diverging: ``(C, D)`` (or ``(S,)``) the inner kernel's ``diverging`` flags, counted in
+            ``divergences``; read from an ``MCMC`` object's extra fields by default.
     """
     from numpyro.diagnostics import summary as numpyro_summary
 
     if hasattr(samples, "get_samples"):
+        if diverging is None:
+            diverging = samples.get_extra_fields(group_by_chain=True).get("diverging")
         samples, group_by_chain = samples.get_samples(group_by_chain=True), True
     if not isinstance(samples, dict):
         raise ValueError(f"`samples` must be a dict of draws or an MCMC object, got {type(samples).__name__}.")
@@ -808,13 +815,18 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
     varying = {k: v for k, v in out.items() if k not in constant}
     stats = numpyro_summary(varying, prob=prob, group_by_chain=True) if varying else {}
     point = point_segmentation(flat_states, lengths=lengths) if point_estimate else None
-    return StateSummary(out, stats, kept, occupancy, constant, point)
+    divergences = None
+    if diverging is not None:
+        diverging = np.asarray(diverging, bool)
+        diverging = diverging.reshape(lead) if diverging.size == np.prod(lead) else diverging
+        divergences = diverging.reshape(diverging.shape[0] if group_by_chain else 1, -1).sum(1)
+    return StateSummary(out, stats, kept, occupancy, constant, point, divergences)
 
 
 def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None,
                   min_occupancy: float = 0.5, prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (),
                   group_by_chain: bool = True, min_share: float = MIN_SHARE,
-                  point_estimate: bool = True) -> StateSummary:
+                  point_estimate: bool = True, diverging=None) -> StateSummary:
     """Print :func:`summary` as ``numpyro.diagnostics.print_summary`` does (the kept states' labels,
     the constant sites and the occupancy below the table) and return it.  Arguments as
     :func:`summary`; use it instead of ``mcmc.print_summary()`` for HDP-HMM models."""
@@ -822,7 +834,7 @@ def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, 
 
     res = summary(samples, name=name, relabel=relabel, reference=reference, min_occupancy=min_occupancy, prob=prob,
                   lengths=lengths, extra_sites=extra_sites, group_by_chain=group_by_chain, min_share=min_share,
-                  point_estimate=point_estimate)
+                  point_estimate=point_estimate, diverging=diverging)
     varying = {k: v for k, v in res.sites.items() if k not in res.constant}
     if varying:
         numpyro_print_summary(varying, prob=prob, group_by_chain=True)
@@ -840,4 +852,8 @@ def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, 
           "states and transition rows left out")
     for k, v in res.constant.items():
         print(f"constant over all draws: {k} = {np.asarray(v).tolist()}")
+    if res.divergences is not None:
+        total = int(res.divergences.sum())
+        print(f"inner-kernel divergences after warmup: {total} (per chain {res.divergences.tolist()})"
+              + ("; see docs/errors.md, 'Runtime warnings'" if total else ""))
     return res

@@ -98,3 +98,24 @@ def test_step_agreement():
     np.testing.assert_allclose(agree, expect)  # label-invariant: the swapped draw agrees everywhere
     with pytest.raises(ValueError, match="labels"):
         nh.labels.step_agreement(draws, truth[:10])
+
+
+def test_divergences_counted_and_warned():
+    """The inner kernel's divergences (sample_stats' ``diverging``) are counted per chain in the
+    summary, and the kernel's host warning names the remedy."""
+    from numpyro_hdphmm.infer.base import _warn_divergence
+
+    samples = switched_draws()
+    diverging = np.zeros((3, 50), bool)
+    diverging[1, :7] = True
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        res = nh.labels.print_summary(samples, diverging=diverging, point_estimate=False)
+    assert res.divergences.tolist() == [0, 7, 0]
+    assert "inner-kernel divergences after warmup: 7 (per chain [0, 7, 0])" in buf.getvalue()
+    assert nh.labels.summary(samples, point_estimate=False).divergences is None  # unknown: not reported
+    with pytest.warns(RuntimeWarning, match="target_accept_prob"):
+        _warn_divergence(np.array([0, 2]), "BeamSampler")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_divergence(np.zeros(2, bool), "BeamSampler")  # no divergence: quiet

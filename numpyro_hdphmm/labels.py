@@ -736,7 +736,7 @@ class StateSummary(NamedTuple):
 
 def summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None, min_occupancy: float = 0.5,
             prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (), group_by_chain: bool = True,
-            min_share: float = MIN_SHARE, point_estimate: bool = True) -> StateSummary:
+            min_share: float = MIN_SHARE, point_estimate: bool = True, diverging=None) -> StateSummary:
     r"""A label-switching-proof summary of HDP-HMM draws (what ``mcmc.print_summary()`` would show).
 
     NumPyro's ``MCMC.print_summary`` summarizes every element of every site: one row per time step

@@ -60,8 +60,9 @@ fig.tight_layout()
 # ---------
 # A model is an ordinary NumPyro function.  The priors of the concentration ``gamma`` (top
 # level), ``alpha`` (transition rows) and the self-transition bias ``kappa`` are yours; with
-# Gamma priors (as here) every kernel updates them exactly with the auxiliary-variable
-# schemes of Fox et al.  :func:`numpyro_hdphmm.sample` declares the latent structure of the
+# Gamma priors (as here) every kernel updates them exactly: by slice sampling of their
+# collapsed conditionals (the default, ``hyperparameters="collapsed"``) or by the
+# auxiliary-variable schemes of Fox et al. (``hyperparameters="auxiliary"``).  :func:`numpyro_hdphmm.sample` declares the latent structure of the
 # HDP-HMM as explicit sample sites: ``y_beta`` ``(K+1,)``, ``y_trans`` ``(K+1, K+1)``, the
 # emission parameters ``y_mu`` ``(K, 1)`` and ``y_cov`` ``(K, 1, 1)``, the state sequence
 # ``y_states`` ``(T,)`` and the observed ``y`` ``(T, 1)``, with ``K = max_states``.

@@ -84,9 +84,9 @@ class BeamInfo(NamedTuple):
     FFBS ran over, after the stick extension), ``ffbs_ok`` (False when some sequence's forward
     pass found no admissible path and kept its states), ``split_merge_accept`` (the fraction
     of the sweep's split-merge moves accepted; NaN without them) and ``fresh_used`` (the FFBS put
-    some step in a state that this sweep's stick extension instantiated: with ``overflow``, the
-    sign that the states left out at the capacity were plausibly needed; see
-    :meth:`BeamSampler._overflow_warning`)."""
+    some step in the state that this sweep's stick extension instantiated last, the one with the
+    smallest stick: with ``overflow``, the sign that the states left out at the capacity were
+    plausibly needed; see :meth:`BeamSampler._overflow_warning`)."""
 
     overflow: jax.Array
     num_instantiated: jax.Array
@@ -217,7 +217,11 @@ class Beam(Algorithm):
         new_states, ok = map_sequences(_slice_ffbs_rows(view.emission), rows, (jnp.log(trans), inst, params),
                                        self.sharding)
         states = jnp.where(ok[:, None], new_states, state.states)
-        fresh_used = jnp.any(used_slots(states, data.lengths, capacity) & inst & ~inst_before)
+        # the state the stick extension instantiated last (the smallest stick, next to those it left out at
+        # the capacity) holds some step
+        fresh = inst & ~inst_before
+        last = jnp.argmax(jnp.where(fresh, jnp.arange(capacity), -1))
+        fresh_used = jnp.any(fresh) & used_slots(states, data.lengths, capacity)[last]
         # 4. compaction: unused states' mass joins the remainder
         states, head, params, _ = drop_unused(states, beta[:capacity], params, view.emission, data.lengths)
         beta = jnp.concatenate([head, jnp.maximum(1.0 - jnp.sum(head), 0.0)[None]])
@@ -301,22 +305,20 @@ class BeamSampler(HDPKernel):
         self.algorithm = algorithm
 
     def _overflow_warning(self, state):
-        r"""Warn of an overflow only in a sweep that plausibly needed the states it left out.
+        r"""Warn of overflows only when the states left out at the capacity were plausibly needed.
 
         An overflow means the stick extension stopped at ``max_states`` while some remainder
         ``pi_{j,rem}`` still exceeded a slice: the exact sweep would have instantiated more states
         (fresh prior draws of ``theta``, with ever smaller sticks) and offered them to the FFBS as
         well.  The truncated sweep's draw differs from the exact one only when the FFBS would have
-        put some step in one of them.  The states this sweep did instantiate are draws of the same
-        kind (prior ``theta``, the next sticks): when the FFBS used none of them, the left-out
-        states, a priori exchangeable with them and with smaller sticks, would most likely have
-        stayed empty as well, and the draw is the exact sweep's.  When it used one (data the
-        instantiated states do not explain, or a weakly informed posterior where new states are
-        cheap), or when every slot is in use, the truncation plausibly changed the draw; the
-        kernel warns when such sweeps
-        reach :data:`~numpyro_hdphmm.infer.base.OVERFLOW_RATE` (1%) of the sweeps after warmup,
-        the bias then being of that order (an exact-enumeration test passes at 0.6% and fails at
-        34%: tests/infer/test_beam.py).  Every overflow
-        stays recorded in the ``overflow`` field, and ``fresh_used`` marks the sweeps that used a
-        fresh state (docs/errors.md, "Runtime warnings")."""
+        put some step in one of them.  The state the extension instantiated last is the closest
+        to them: a prior draw of ``theta`` like them, with the smallest stick instantiated.  When
+        the FFBS leaves it empty, the left-out states (a priori exchangeable with it, with smaller
+        sticks still) would most likely have stayed empty as well, and the draw is the exact
+        sweep's.  When it uses it (``BeamInfo.fresh_used``), or every slot is in use, the
+        truncation plausibly changed the draw; the kernel warns once such sweeps reach
+        :data:`~numpyro_hdphmm.infer.base.OVERFLOW_RATE` (1%) of the sweeps after warmup, the bias
+        then being of that order.  Every overflow stays recorded in the ``overflow`` field
+        (docs/warnings.md).
+        """
         return None  # the base class warns when such sweeps reach OVERFLOW_RATE of the sweeps after warmup

@@ -209,7 +209,8 @@ def render() -> str:
         "Generated from `tests/error_cases.py` by `PYTHONPATH=. python tests/error_cases.py`; "
         "`tests/test_errors.py` runs every case and fails when this page is out of date. Every "
         "check runs on concrete values before any compilation (inside `jit` only the shape checks "
-        "run) and raises a `ValueError` that names the argument.",
+        "run) and raises a `ValueError` that names the argument. Warnings of a run that works "
+        "(capacity, divergences, non-finite values), each with its cause and remedy: {doc}`warnings`.",
         "",
         f"{len(CASES)} cases.",
         "",

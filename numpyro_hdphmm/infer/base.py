@@ -349,20 +349,22 @@ def _warn_overflow(overflow, capacity, kernel):
 #: the share of post-warmup sweeps (per chain) in which a BeamSampler overflow plausibly changed
 #: the draw, above which the kernel warns (docs/errors.md, "Runtime warnings")
 OVERFLOW_RATE = 0.01
+#: ... and at least this many of them (one early event is not a rate)
+OVERFLOW_EVENTS = 5
 _overflow_events = {}
 
 
 def _warn_overflow_rate(value, capacity, kernel, num_chains, key):
     """Host side of the BeamSampler's overflow warning: ``value = (chains, chains * sweep)`` summed
     over the chains with an event in this sweep; warns once the events reach
-    :data:`OVERFLOW_RATE` of the post-warmup sweeps of every chain (from the 10th on)."""
+    :data:`OVERFLOW_RATE` of the post-warmup sweeps of every chain, and :data:`OVERFLOW_EVENTS` in number."""
     value = np.asarray(value).reshape(-1, 2).sum(0)
     chains, sweep = int(value[0]), int(value[1]) // max(int(value[0]), 1)
     total, last, warned = _overflow_events.get(key, (0, -1, False))
     if sweep < last:  # a new run starts the count again
         total, warned = 0, False
     total += chains
-    due = not warned and sweep >= 10 and total >= OVERFLOW_RATE * sweep * num_chains
+    due = not warned and total >= max(OVERFLOW_EVENTS, OVERFLOW_RATE * sweep * num_chains)
     _overflow_events[key] = (total, sweep, warned or due)
     if due:  # once per run
         warnings.warn(

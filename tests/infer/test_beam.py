@@ -321,7 +321,8 @@ def test_overflow_warning_only_when_the_truncation_plausibly_matters():
     """Issue 41: the overflow warning fires when the sweeps that overflowed AND used a state they
     had just instantiated (or every slot) reach 1% of the post-warmup sweeps, not on every
     overflow.  Host side of the warning, driven directly: 5 such sweeps in 600 are quiet, 10 in
-    600 warn, a new run (the sweep counter starting again) starts the count again."""
+    600 warn, a new run (the sweep counter starting again) starts the count again, and fewer than
+    5 never warn (one early event is not a rate)."""
     import numpyro_hdphmm.infer.base as base
 
     def run(event_sweeps, key):
@@ -334,5 +335,6 @@ def test_overflow_warning_only_when_the_truncation_plausibly_matters():
     assert run(range(150, 600, 100), "a") == []  # 5 of 600, never 1% of the sweeps so far
     assert len(run(range(10, 600, 60), "b")) == 1  # 10 of 600 (1.7%): warned once per run
     assert run([300, 400], "b") == []  # a new run: the count restarts (2 of 400)
+    assert run([10, 20, 30, 40], "d") == []  # 4 events, 10% of the sweeps so far: too few to be a rate
     msg = run(range(10, 40), "c")[0]
     assert "max_states=20" in msg and "max_states (e.g. to 40)" in msg and "fresh_used" in msg

@@ -5,8 +5,9 @@ and variances 50, 10, 50, T = 1000 (Fox et al. 2007, Sec. VII).  Model: the stic
 the user's own priors on gamma, alpha and kappa, a weakly informative Normal-inverse-Wishart
 emission prior and L = 15 states.  Four chains run vectorized; the script prints a
 label-switching-proof summary (``nh.labels.print_summary``: the draws relabelled by Stephens'
-algorithm, the states used in most draws, no per-step rows) and the normalized Hamming distance to
-the true states, and saves a trace plot and a segmentation plot.  Run:  python examples/sticky_experiment_a.py
+algorithm, the states used in most draws, no per-step rows; the raw, effective and point-estimate
+numbers of states) and the normalized Hamming distance to the true states, and saves a trace plot
+and the posterior point segmentation with its per-step uncertainty.  Run:  python examples/sticky_experiment_a.py
 """
 
 import argparse
@@ -71,7 +72,14 @@ def main(num_warmup=300, num_samples=300, num_chains=4, seed=0, prefix="experime
     az.plot_trace(idata, var_names=["gamma", "alpha", "kappa", "y_num_states"])
     plt.tight_layout()
     plt.savefig(f"{prefix}_trace.png", dpi=90)
-    fig = nh.diagnostics.plot_segmentation(y, states[-1], true_states=truth, title="sticky HDP-HMM, last draw")
+    # the Bayes point estimate of the segmentation (label-invariant, over all chains' draws) and the
+    # per-step probability that a draw puts the step in the estimate's state
+    point = nh.point_segmentation(states)
+    agreement = nh.labels.step_agreement(states, point.labels)
+    print(f"point segmentation: {point.num_clusters} states, expected VI loss {point.expected_loss:.3f}, "
+          f"Hamming distance to the truth {nh.diagnostics.hamming_distance(point.labels, truth):.4f}")
+    fig = nh.diagnostics.plot_segmentation(y, point.labels, true_states=truth, agreement=agreement,
+                                           title="sticky HDP-HMM, posterior point segmentation")
     fig.savefig(f"{prefix}_segmentation.png", dpi=90)
     print(f"wrote {prefix}_trace.png and {prefix}_segmentation.png")
 

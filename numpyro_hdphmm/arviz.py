@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from numpyro_hdphmm.labels import find_state_sites, relabel_samples
+from numpyro_hdphmm.labels import MIN_SHARE, find_state_sites, kept_states, relabel_samples, state_shares
 from numpyro_hdphmm.posterior import as_sequences, marginal_log_likelihood
 
 __all__ = ["to_inference_data"]
@@ -160,6 +160,19 @@ def _observed_only(values, observed, template):
     )
 
 
+def _add_effective_states(data, samples, sites, name, lengths):
+    """``{name}_effective_states`` (states holding >= 1% of the steps) in ``posterior`` and
+    ``effective_states`` in ``sample_stats``, beside the raw ``num_states``."""
+    states = np.asarray(samples[sites.states])
+    lead = states.shape[:2]
+    shares = state_shares(states.reshape((-1,) + states.shape[2:]), sites.num_states, lengths=lengths)
+    count = np.sum(shares >= MIN_SHARE, axis=1).reshape(lead)
+    for group, key in (("posterior", f"{name}_effective_states"), ("sample_stats", "effective_states")):
+        dataset = _group(data, group)
+        if dataset is not None:
+            _set_group(data, group, dataset.assign({key: (("chain", "draw"), count)}))
+
+
 def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=False, name: Optional[str] = None,
                       extra_sites: Sequence[str] = (), **kwargs):
     r"""Convert a finished :class:`numpyro.infer.MCMC` run of an HDP-HMM model for ArviZ.
@@ -174,7 +187,15 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
     * **relabelling**: ``relabel=True`` stores the posterior relabelled by
       :func:`numpyro_hdphmm.relabel_samples` (Stephens' algorithm), ``relabel=labels`` by
       Hungarian matching to a reference labelling, so that per-state summaries (``az.summary``,
-      R-hat) compare the same state across draws and chains.
+      R-hat) compare the same state across draws and chains; the state axes then hold only the
+      states :func:`numpyro_hdphmm.labels.summary` shows (:func:`numpyro_hdphmm.labels.kept_states`:
+      at least 1% of the steps in at least half of the draws; ``{name}_trans`` keeps their rows
+      and columns and the start row / remainder column ``K``; the labels are in the posterior's
+      ``kept_states`` attribute), so ``az.summary`` has no rows of empty slots holding prior
+      draws.  The full relabelled draws: :func:`numpyro_hdphmm.relabel_samples`.
+    * **number of states**: ``{name}_effective_states`` (posterior) and ``effective_states``
+      (sample_stats), the states holding at least 1% of the steps
+      (:func:`numpyro_hdphmm.labels.effective_num_states`), beside the raw ``num_states``.
     * **pointwise log-likelihood**, one term per OBSERVED step: missing (NaN) and padded steps are
       removed from the ``log_likelihood`` group (they are not observations; counting them with
       log-likelihood 0 would inflate ``n`` and give Pareto k = inf).  Dims ``(chain, draw,
@@ -245,6 +266,8 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
 
     obs_site = trace[name]
     lengths = obs_site["fn"].lengths
+    if sites.states is not None and sites.states in samples:
+        _add_effective_states(data, samples, sites, name, lengths)
     if relabel is not False:
         reference = None if relabel is True else relabel
         new = relabel_samples(samples, reference, name=name, lengths=lengths, extra_sites=extra_sites)
@@ -253,6 +276,12 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
         posterior = posterior.assign(
             {k: (posterior[k].dims, np.asarray(new[k])) for k in changed if k is not None and k in posterior}
         )
+        # the states nh.labels.summary shows: empty slots (prior draws) left out of the state axes
+        states = np.asarray(new[sites.states])
+        kept = kept_states(states.reshape((-1,) + states.shape[2:]), sites.num_states, lengths=lengths)
+        rows = np.append(kept, sites.num_states)
+        posterior = posterior.isel(state=kept, from_state=rows, to_state=rows, missing_dims="ignore")
+        posterior.attrs["kept_states"] = kept.tolist()
         _set_group(data, "posterior", posterior)
 
     if log_likelihood is False or not obs_site["is_observed"]:

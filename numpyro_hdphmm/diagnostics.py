@@ -489,10 +489,16 @@ def _state_colors(labels: np.ndarray, palette: np.ndarray, cmap) -> np.ndarray:
 
 
 def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str = "tab10",
-                      alpha: float = 0.35, match_colors: bool = True, title: Optional[str] = None):
+                      alpha: float = 0.35, match_colors: bool = True, title: Optional[str] = None,
+                      agreement=None):
     r"""Plot a sequence with its segmentation: the observations as lines over a background
     coloured by the inferred state, and, when ``true_states`` is given, a second row showing
-    the true states in the same colours.
+    the true states in the same colours; with ``agreement``, a last row showing the per-step
+    posterior probability of the segmentation.
+
+    For a posterior summary pass the Bayes point estimate
+    (``numpyro_hdphmm.point_segmentation(draws).labels``) as ``states`` and
+    ``numpyro_hdphmm.labels.step_agreement(draws, labels)`` as ``agreement``, not one draw.
 
     Args:
         observations: ``(T,)`` or ``(T, D)`` (each column a line; NaN rows leave gaps).
@@ -506,6 +512,8 @@ def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str
         match_colors: relabel ``states`` to ``true_states`` with :func:`relabel` first, so
             matched states share a colour.
         title: optional title of the top panel.
+        agreement: optional ``(T,)`` values in ``[0, 1]`` (NaN: none), e.g. the fraction of
+            posterior draws that put each step in the state ``states`` gives it.
 
     Returns:
         the matplotlib ``Figure``.
@@ -532,7 +540,12 @@ def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str
     shown = [states] if true_states is None else [states, true_states]
     palette = np.unique(np.concatenate([x[x >= 0] for x in shown] + [np.zeros(1, np.int64)]))
 
-    rows = 1 if true_states is None else 2
+    if agreement is not None:
+        agreement = np.asarray(agreement, dtype=float)
+        if agreement.shape != (T,):
+            raise ValueError(f"`agreement` must have shape ({T},), got {agreement.shape}.")
+    strips = (["true"] if true_states is not None else []) + (["agreement"] if agreement is not None else [])
+    rows = 1 + len(strips)
     if ax is None:
         fig, axes = plt.subplots(
             rows, 1, sharex=True, figsize=(10, 3 + 0.6 * (rows - 1)),
@@ -547,8 +560,8 @@ def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str
     else:
         axes = [ax]
         fig = ax.figure
-        if rows == 2:
-            axes.append(ax.inset_axes([0.0, -0.22, 1.0, 0.12], sharex=ax))
+        for i in range(rows - 1):
+            axes.append(ax.inset_axes([0.0, -0.22 - 0.16 * i, 1.0, 0.12], sharex=ax))
 
     top = axes[0]
     finite = obs[np.isfinite(obs)]
@@ -563,14 +576,17 @@ def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str
     top.set_ylabel("observation")
     if title:
         top.set_title(title)
-    if rows == 2:
-        strip = axes[1]
-        strip.imshow(_state_colors(true_states, palette, colormap), aspect="auto", interpolation="nearest",
-                     extent=(-0.5, T - 0.5, 0, 1))
-        strip.set_yticks([])
-        strip.set_ylabel("true", rotation=0, ha="right", va="center")
+    for strip, what in zip(axes[1:], strips):
+        if what == "true":
+            strip.imshow(_state_colors(true_states, palette, colormap), aspect="auto", interpolation="nearest",
+                         extent=(-0.5, T - 0.5, 0, 1))
+            strip.set_yticks([])
+            strip.set_ylabel("true", rotation=0, ha="right", va="center")
+        else:
+            strip.fill_between(np.arange(T), agreement, color="0.4", step="mid", lw=0)
+            strip.set_ylim(0, 1)
+            strip.set_yticks([0, 1])
+            strip.set_ylabel("P(state)", rotation=0, ha="right", va="center")
         strip.set_xlim(-0.5, T - 0.5)
-        strip.set_xlabel("time step")
-    else:
-        top.set_xlabel("time step")
+    axes[rows - 1].set_xlabel("time step")
     return fig

@@ -82,7 +82,9 @@ def _warn_escape(count, where: str):
     if n > 0:
         warnings.warn(
             f"{where}: {n} draw(s) went to a state beyond the capacity (`max_states`); they were "
-            "redrawn among the represented states. Increase `max_states`.",
+            "redrawn among the represented states, so these generated sequences come from the model truncated "
+            "at max_states. Increase `max_states` if they are meant as draws of the infinite model (prior or "
+            "posterior predictive checks, simulated data); the samplers' own starting values never warn.",
             RuntimeWarning,
             stacklevel=2,
         )

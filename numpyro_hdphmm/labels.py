@@ -64,21 +64,29 @@ co-assignment matrix ``P`` (:func:`numpyro_hdphmm.diagnostics.coassignment_matri
 exact).  The search works on the counts (memory ``O(S K_max K_draws)``, never ``O(T^2)``):
 
 1. starts: ``num_starts`` partitions, half of them draws spread evenly over the sample, half
-   empty (items then enter one at a time: SALSO's sequential allocation);
+   empty (items then enter one at a time: SALSO's sequential allocation), plus the one-cluster
+   partition and any ``candidates`` the caller gives (e.g. a Viterbi path);
 2. sweeps: each step, in a random order, is removed and put in the cluster (an existing one,
    or a new one) that minimizes the expected loss, which needs only
    ``Delta_k = g(n_k + 1) - g(n_k) - 2 sum_s w_s [g(n^(s)_{k j_s} + 1) - g(n^(s)_{k j_s})]``
    with ``j_s = z^(s)_t`` (for Binder ``Delta_k = sum_{u in k} (1 - 2 P_tu)``); it stays where
    it is unless another cluster is strictly better, so every move lowers the loss and the
    sweeps stop when one changes nothing (or after ``max_sweeps``);
-3. the start with the lowest expected loss (recomputed exactly in float64) wins.
+3. merges: in every partition found, the pair of whole clusters whose merge lowers the expected
+   loss most is merged, repeatedly, while one does (the change needs only the counts:
+   ``g(n_a + n_b) - g(n_a) - g(n_b) - 2 sum_s w_s sum_j [g(n^(s)_aj + n^(s)_bj) - g(n^(s)_aj) -
+   g(n^(s)_bj)]``); single-step sweeps cannot make this move when every step of a cluster is
+   better off in its own cluster although the cluster as a whole is not; the merged partitions
+   get sweeps again, for at most ``max_rounds`` rounds or until no merge helps;
+4. the partition with the lowest expected loss (recomputed exactly in float64) wins.
 
 Cost: ``O(num_starts * sweeps * n * S * K_max)`` (jitted, ``lax.fori_loop`` over the steps of a
 sweep; the starts one after another, ``lax.map``).  Measured on 2 shared CPU cores, ``n = 2058``
 steps, 20 states, the default 8 starts: 2.4 s (VI) / 1.7 s (Binder) for ``S = 200`` draws, 8.3 s /
 4.0 s for ``S = 1000``, plus 1-3 s of compilation on the first call of a shape.
-A greedy search finds a local minimum; with several starts it finds the exact minimizer on
-every enumerable case in the tests.
+A greedy search finds a local minimum (no single-step move and no merge of two clusters lowers
+the loss); with these starts it finds the exact minimizer on every enumerable case in the tests
+(all partitions of up to 7 steps).
 """
 
 from __future__ import annotations
@@ -105,6 +113,10 @@ __all__ = [
     "PointSegmentation",
     "point_segmentation",
     "expected_partition_loss",
+    "state_shares",
+    "effective_num_states",
+    "kept_states",
+    "step_agreement",
     "StateSummary",
     "summary",
     "print_summary",
@@ -442,17 +454,71 @@ def expected_partition_loss(labels, draws, loss: str = "vi", *, lengths=None, we
     return _expected_loss_host(_compact(c[labelled][None])[0], compact, w, loss)
 
 
+def _merge_deltas(c: np.ndarray, draws: np.ndarray, weights: np.ndarray, loss: str) -> np.ndarray:
+    r"""``(k, k)`` change of the (unnormalized) expected loss when clusters ``a < b`` of ``c`` merge
+    (``inf`` elsewhere): ``g(n_a + n_b) - g(n_a) - g(n_b) - 2 sum_s w_s sum_j [g(m^s_aj + m^s_bj) -
+    g(m^s_aj) - g(m^s_bj)]`` (module docstring), from the counts, in float64."""
+    S, n = draws.shape
+    g, _ = _loss_terms(loss, n, scipy_xlogy)
+    kc, kd = int(c.max()) + 1, int(draws.max()) + 1
+    sizes = np.bincount(c, minlength=kc).astype(float)
+    joint = np.bincount(((np.arange(S)[:, None] * kc + c[None, :]) * kd + draws).ravel(),
+                        minlength=S * kc * kd).reshape(S, kc, kd).astype(float)
+    g_joint = g(joint)
+    out = np.full((kc, kc), np.inf)
+    for a in range(kc - 1):
+        both = joint[:, a:a + 1] + joint[:, a + 1:]  # (S, kc - a - 1, kd)
+        pair = (g(both) - g_joint[:, a:a + 1] - g_joint[:, a + 1:]).sum(-1)  # (S, kc - a - 1)
+        out[a, a + 1:] = g(sizes[a] + sizes[a + 1:]) - g(sizes[a]) - g(sizes[a + 1:]) - 2.0 * (weights @ pair)
+    return out
+
+
+def _merge_clusters(c: np.ndarray, draws: np.ndarray, weights: np.ndarray, loss: str) -> np.ndarray:
+    """Merge whole clusters of ``c`` while a merge lowers the expected loss (the best merge first):
+    the move that single-step sweeps cannot make when every step of a cluster prefers its own
+    cluster but the cluster as a whole does not belong apart.  Returns compact labels."""
+    c = _compact(c[None])[0]
+    _, Z = _loss_terms(loss, draws.shape[1])
+    while c.max() > 0:
+        delta = _merge_deltas(c, draws, weights, loss)
+        a, b = np.unravel_index(np.argmin(delta), delta.shape)
+        if not delta[a, b] < -1e-12 * Z:
+            break
+        c = _compact(np.where(c == b, a, c)[None])[0]
+    return c
+
+
+def _candidate_partitions(candidates, labelled, layout, lengths) -> np.ndarray:
+    """``(R, n)`` compact labels of the candidate partitions ``(R, *layout)`` (or one, ``layout``)."""
+    c = as_labels("candidates", candidates)
+    if c.shape == layout:
+        c = c[None]
+    if c.shape[1:] != layout:
+        raise ValueError(f"`candidates` must have shape (R,) + {layout} (partitions like one draw), got {c.shape}.")
+    c = c.reshape(c.shape[0], -1)
+    if lengths is not None:
+        c = np.where(labelled[None], c, -1)
+    if np.any((c >= 0) != labelled[None]):
+        raise ValueError("`candidates` must label exactly the steps that the draws label.")
+    return _compact(c[:, labelled])
+
+
 def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, max_clusters: Optional[int] = None,
-                       num_starts: int = 8, max_sweeps: int = 50, seed: int = 0) -> PointSegmentation:
+                       num_starts: int = 8, max_sweeps: int = 50, seed: int = 0, candidates=None,
+                       max_rounds: int = 10) -> PointSegmentation:
     r"""The segmentation that minimizes the posterior expected loss (Bayes point estimate).
 
     ``argmin_c sum_s w_s L(c, z^(s))`` over partitions ``c`` of the labelled steps, for the
     variation of information (``loss="vi"``, the default; Meila 2007, Wade & Ghahramani 2018)
     or Binder's loss with equal costs (``"binder"``, the expected fraction of pairs of steps
     put together by one and apart by the other; its expectation is a function of the
-    co-assignment matrix).  SALSO-style greedy search over candidate partitions seeded by the
-    draws and by sequential allocation (module docstring: algorithm and cost).  Label-invariant:
-    the draws need no relabelling, and may come from any sampler or from :func:`viterbi` paths.
+    co-assignment matrix).  SALSO-style greedy search seeded by the draws, by sequential
+    allocation, by the one-cluster partition and by ``candidates`` (e.g. the Viterbi path of a
+    posterior draw), with whole-cluster merges between rounds of single-step sweeps (module
+    docstring: algorithm and cost).  Label-invariant: the draws need no relabelling, and may come
+    from any sampler or from :func:`viterbi` paths.  The result's ``expected_loss`` is the exact
+    expected loss of the estimate: compare it with that of any other segmentation
+    (:func:`expected_partition_loss`) to see which summarizes the posterior better.
 
     Args:
         draws: ``(S, T)`` or ``(S, N, T)`` integer labels of ``S`` draws (``samples["y_states"]``;
@@ -466,9 +532,15 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
             doubled (and the search continued from its solutions) while the best estimate uses
             them all; a value given here is kept (a ``RuntimeWarning`` when the estimate uses
             all of them).
-        num_starts: the number of starts (half of them draws, half sequential allocations).
+        num_starts: the number of starts (half of them draws, half sequential allocations), on top
+            of the one-cluster partition and ``candidates``.
         max_sweeps: the most sweeps per start.
         seed: seed of the visiting orders and of the draws chosen as starts.
+        candidates: more starting partitions, ``(R, T)`` / ``(R, N, T)`` (or one, like one draw),
+            labelling the same steps as the draws: e.g. the Viterbi path of the posterior-mean
+            parameters, or a segmentation from another method.  The estimate's expected loss is
+            never above that of a start.
+        max_rounds: the most rounds of whole-cluster merges followed by single-step sweeps.
 
     Returns:
         :class:`PointSegmentation` ``(labels, expected_loss, num_clusters)``.
@@ -477,30 +549,40 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
         raise ValueError(f"`loss` must be one of {_LOSSES}, got {loss!r}.")
     num_starts = check_static_int("num_starts", num_starts)
     max_sweeps = check_static_int("max_sweeps", max_sweeps)
+    max_rounds = check_static_int("max_rounds", max_rounds)
     compact, labelled, layout, w = _prepare_draws(draws, lengths, weights)
     S, n = compact.shape
     k_draws = int(compact.max()) + 1
+    extra = None if candidates is None else _candidate_partitions(candidates, labelled, layout, lengths)
+    k_start = max(k_draws, 1 if extra is None else int(extra.max()) + 1)
     automatic = max_clusters is None
     if automatic:
-        max_clusters = min(n, 2 * k_draws + 10)
+        max_clusters = min(n, 2 * k_start + 10)
     max_clusters = check_static_int("max_clusters", max_clusters)
-    if max_clusters < k_draws:
+    if max_clusters < k_start:
         raise ValueError(
-            f"`max_clusters` must be >= {k_draws}, the most clusters of a draw (the draws seed the search), "
+            f"`max_clusters` must be >= {k_start}, the most clusters of a draw or candidate (they seed the search), "
             f"got {max_clusters}."
         )
     rng = np.random.default_rng(seed)
     num_seeded = (num_starts + 1) // 2
     picks = np.linspace(0, S - 1, num_seeded).round().astype(int) if S > 1 else np.zeros(num_seeded, int)
-    starts = np.concatenate([compact[picks], np.full((num_starts - num_seeded, n), -1)]).astype(np.int32)
+    fixed = [compact[picks], np.zeros((1, n), np.int64)]  # draws spread over the sample, one cluster
+    if extra is not None:
+        fixed.append(extra)
+    starts = np.concatenate(fixed + [np.full((num_starts - num_seeded, n), -1)]).astype(np.int32)
     dtype = jnp.result_type(float)
     table = -(-k_draws // 4) * 4  # the count table's draw-label axis, rounded up: fewer compiled shapes
-    while True:
-        keys = random.split(random.key(int(rng.integers(2**31))), num_starts)
+
+    def sweeps(starts, max_clusters):
+        keys = random.split(random.key(int(rng.integers(2**31))), starts.shape[0])
         found, _ = _search(keys, jnp.asarray(starts), jnp.asarray(compact, jnp.int32), jnp.asarray(w, dtype),
                            loss, max_clusters, table, max_sweeps)
         found = _compact(np.asarray(found, np.int64))
-        losses = [_expected_loss_host(c, compact, w, loss) for c in found]
+        return found, [_expected_loss_host(c, compact, w, loss) for c in found]
+
+    while True:
+        found, losses = sweeps(starts, max_clusters)
         best = int(np.argmin(losses))
         if int(found[best].max()) + 1 < max_clusters or max_clusters == n:
             break
@@ -513,12 +595,111 @@ def point_segmentation(draws, loss: str = "vi", *, lengths=None, weights=None, m
             break
         # every slot in use: continue from the solutions found, with twice the room
         max_clusters, starts = min(n, 2 * max_clusters), found.astype(np.int32)
+    # whole-cluster merges, then single-step sweeps from the merged partitions, until neither helps
+    result, result_loss = found[best], losses[best]
+    for _ in range(max_rounds):
+        merged = [_merge_clusters(c, compact, w, loss) for c in found]
+        if all(m.max() == c.max() for m, c in zip(merged, found)):
+            break
+        width = max(int(m.max()) + 1 for m in merged)
+        found, losses = sweeps(np.stack(merged).astype(np.int32), max(max_clusters, width))
+        best = int(np.argmin(losses))
+        if losses[best] < result_loss:
+            result, result_loss = found[best], losses[best]
     labels = np.full(labelled.shape, -1, np.int64)
-    labels[labelled] = found[best]
-    return PointSegmentation(labels.reshape(layout), losses[best], int(found[best].max()) + 1)
+    labels[labelled] = result
+    return PointSegmentation(labels.reshape(layout), result_loss, int(result.max()) + 1)
 
 
 # ============================================================================ summaries
+#: default share of the labelled steps a state must hold to count in :func:`effective_num_states`
+MIN_SHARE = 0.01
+
+
+def state_shares(states, num_states: Optional[int] = None, *, lengths=None) -> np.ndarray:
+    r"""``(S, K)`` share of each draw's labelled steps in each state: ``n^(s)_k / n``.
+
+    ``states``: ``(S, T)`` or ``(S, N, T)`` draws (``samples["y_states"]``, chains flattened;
+    negative = unlabelled); ``num_states``: ``K`` (default: the largest label + 1); ``lengths``:
+    ``(N,)`` (padded steps unlabelled).
+    """
+    labels, _ = _step_labels(states, lengths, "states")
+    k = int(labels.max()) + 1 if num_states is None else check_static_int("num_states", num_states)
+    if labels.max() >= k:
+        raise ValueError(f"`states` must hold labels < num_states = {k}, got {labels.max()}.")
+    S = labels.shape[0]
+    valid = labels >= 0
+    counts = np.bincount((np.arange(S)[:, None] * k + np.maximum(labels, 0))[valid], minlength=S * k).reshape(S, k)
+    return counts / np.maximum(valid.sum(1, keepdims=True), 1)
+
+
+def effective_num_states(states, min_share: float = MIN_SHARE, *, lengths=None) -> np.ndarray:
+    r"""Number of states holding at least ``min_share`` of the labelled steps, per draw.
+
+    The raw count (``{name}_num_states``: states labelling at least one step) also counts the
+    states a sampler opens for a handful of steps and closes again, which the posterior of an
+    HDP-HMM always holds some of: with ``T`` steps, a state of 1-2 steps costs little under the
+    prior and moves the count, not the segmentation.  The effective count leaves out states
+    below ``min_share`` (default 1% of the steps); report it beside the raw count, and the
+    number of clusters of :func:`point_segmentation` (which also merges duplicated states).
+
+    Args:
+        states: ``(S, T)`` or ``(S, N, T)`` draws (negative = unlabelled).
+        min_share: the share of the labelled steps, in ``(0, 1]``.
+        lengths: ``(N,)`` sequence lengths (padded steps unlabelled).
+
+    Returns:
+        ``(S,)`` int64.
+    """
+    if not 0.0 < float(min_share) <= 1.0:
+        raise ValueError(f"`min_share` must be in (0, 1], got {min_share}.")
+    return np.sum(state_shares(states, lengths=lengths) >= min_share, axis=1).astype(np.int64)
+
+
+def kept_states(states, num_states: int, *, min_occupancy: float = 0.5, min_share: float = MIN_SHARE,
+                lengths=None) -> np.ndarray:
+    """The labels of the states that hold at least ``min_share`` of the steps in at least
+    ``min_occupancy`` of the draws (after relabelling: the states a per-state summary shows;
+    the others hold prior draws in most draws).  ``states (S, T)`` or ``(S, N, T)``; ``(k,)``
+    int64 in increasing order.  Used by :func:`summary` and :func:`numpyro_hdphmm.to_inference_data`
+    so that both show the same states."""
+    if not 0.0 <= float(min_occupancy) <= 1.0:
+        raise ValueError(f"`min_occupancy` must be in [0, 1], got {min_occupancy}.")
+    if not 0.0 < float(min_share) <= 1.0:
+        raise ValueError(f"`min_share` must be in (0, 1], got {min_share}.")
+    shares = state_shares(states, num_states, lengths=lengths)
+    return np.flatnonzero(np.mean(shares >= min_share, axis=0) >= min_occupancy)
+
+
+def step_agreement(draws, labels, *, lengths=None) -> np.ndarray:
+    r"""Per-step posterior probability that a step is in the state a segmentation gives it.
+
+    Every draw is matched to ``labels`` (e.g. ``point_segmentation(...).labels``) by the
+    Hungarian algorithm (:func:`numpyro_hdphmm.diagnostics.relabel`, maximal overlap), and the
+    result at step ``t`` is the fraction of draws whose matched label at ``t`` is ``labels[t]``:
+    1 where every draw agrees, low at uncertain change points.  Label-invariant.
+
+    Args:
+        draws: ``(S, T)`` or ``(S, N, T)`` draws (negative = unlabelled).
+        labels: ``(T,)`` or ``(N, T)``, the segmentation.
+        lengths: ``(N,)`` sequence lengths.
+
+    Returns:
+        the shape of ``labels``, float64 (NaN at unlabelled steps).
+    """
+    flat, layout = _step_labels(draws, lengths, "draws")
+    ref = as_labels("labels", labels)
+    if ref.shape != layout:
+        raise ValueError(f"`labels` must have shape {layout} (one draw), got {ref.shape}.")
+    ref = ref.reshape(-1)
+    if lengths is not None:
+        ref = np.where(flat[0] >= 0, ref, -1)
+    k = int(max(flat.max(), ref.max())) + 1
+    matched, _ = relabel(flat, ref, num_states=k, permutation=True)
+    agree = np.mean(np.asarray(matched) == ref[None], axis=0)
+    return np.where(ref >= 0, agree, np.nan).reshape(layout)
+
+
 def _hdp_site_name(samples) -> str:
     names = sorted(k[: -len("_trans")] for k in samples if k.endswith("_trans") and f"{k[:-len('_trans')]}_states" in samples)
     if len(names) != 1:
@@ -538,6 +719,10 @@ class StateSummary(NamedTuple):
     states : the (relabelled) labels of the kept states, the order of the state axis of ``sites``
     occupancy : ``(K,)`` the fraction of draws in which each (relabelled) state labels some step
     constant : ``{site: value}`` of the sites whose draws are all equal (no R-hat or ESS exists)
+    point : the :class:`PointSegmentation` of the draws (``None`` with ``point_estimate=False``):
+        its ``num_clusters`` is the number of states of the Bayes point estimate
+    divergences : ``(C,)`` the inner kernel's divergent sweeps per chain (``None`` when unknown:
+        the ``diverging`` extra field of an ``MCMC`` object, or the ``diverging`` argument)
     """
 
     sites: dict
@@ -545,10 +730,13 @@ class StateSummary(NamedTuple):
     states: np.ndarray
     occupancy: np.ndarray
     constant: dict
+    point: Optional[PointSegmentation] = None
+    divergences: Optional[np.ndarray] = None
 
 
 def summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None, min_occupancy: float = 0.5,
-            prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (), group_by_chain: bool = True) -> StateSummary:
+            prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (), group_by_chain: bool = True,
+            min_share: float = MIN_SHARE, point_estimate: bool = True, diverging=None) -> StateSummary:
     r"""A label-switching-proof summary of HDP-HMM draws (what ``mcmc.print_summary()`` would show).
 
     NumPyro's ``MCMC.print_summary`` summarizes every element of every site: one row per time step
@@ -561,9 +749,14 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
     * ``{name}_states`` is replaced by ``{name}_num_states`` (label-invariant; use
       :func:`point_segmentation` or :func:`numpyro_hdphmm.viterbi` for the segmentation) and
       ``{name}_trans`` is left out (``(K+1)^2`` entries; read it from the relabelled samples);
+    * the number of states three ways: ``{name}_num_states`` (raw: the states labelling some
+      step), ``{name}_effective_states`` (the states holding at least ``min_share`` of the steps,
+      :func:`effective_num_states`) and, with ``point_estimate``, the number of clusters of the
+      Bayes point estimate :func:`point_segmentation` (VI loss; it also merges duplicated states);
     * the emission parameters (and ``extra_sites``) and ``{name}_beta`` are kept for the states
-      with ``occupancy >= min_occupancy``: the states that label some step in at least that
-      fraction of draws (the others hold prior draws in most draws);
+      that hold at least ``min_share`` of the steps in at least ``min_occupancy`` of the draws
+      (:func:`kept_states`; the others hold prior draws in most draws);
+      :func:`numpyro_hdphmm.to_inference_data` with ``relabel=True`` keeps the same states;
     * sites whose draws are all equal are listed in ``constant`` instead of getting a NaN row.
 
     Args:
@@ -577,10 +770,16 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
         lengths: ``(N,)`` sequence lengths (padded steps), for the relabelling.
         extra_sites: the user's own state-indexed sites (custom emissions).
         group_by_chain: whether the samples have a leading chain axis.
+        min_share: the share of the steps a state must hold to count as effective (and kept).
+        point_estimate: compute the point segmentation (its cost: :func:`point_segmentation`).
+        diverging: ``(C, D)`` (or ``(S,)``) the inner kernel's ``diverging`` flags, counted in
+            ``divergences``; read from an ``MCMC`` object's extra fields by default.
     """
     from numpyro.diagnostics import summary as numpyro_summary
 
     if hasattr(samples, "get_samples"):
+        if diverging is None:
+            diverging = samples.get_extra_fields(group_by_chain=True).get("diverging")
         samples, group_by_chain = samples.get_samples(group_by_chain=True), True
     if not isinstance(samples, dict):
         raise ValueError(f"`samples` must be a dict of draws or an MCMC object, got {type(samples).__name__}.")
@@ -595,19 +794,19 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
         samples = {k: np.asarray(v) for k, v in samples.items()}
     sites = find_state_sites(samples, name, extra_sites)
     K = sites.num_states
-    labels, _ = _step_labels(samples[sites.states].reshape((-1,) + samples[sites.states].shape[2:]), lengths,
-                             f"samples[{sites.states!r}]")
-    used = np.zeros((labels.shape[0], K + 1), bool)
-    np.put_along_axis(used, np.where(labels >= 0, labels, K), True, axis=1)
-    occupancy = used[:, :K].mean(0)
-    kept = np.flatnonzero(occupancy >= min_occupancy)
+    flat_states = samples[sites.states].reshape((-1,) + samples[sites.states].shape[2:])
+    shares = state_shares(flat_states, K, lengths=lengths)
+    used = shares > 0
+    occupancy = used.mean(0)
+    kept = kept_states(flat_states, K, min_occupancy=min_occupancy, min_share=min_share, lengths=lengths)
     lead = samples[sites.trans].shape[:2]
     out = {}
     state_indexed = {sites.trans, sites.states, sites.beta, *sites.params}
     for k, v in samples.items():
         if k not in state_indexed and k != f"{name}_num_states":
             out[k] = v
-    out[f"{name}_num_states"] = used[:, :K].sum(1).reshape(lead)
+    out[f"{name}_num_states"] = used.sum(1).reshape(lead)
+    out[f"{name}_effective_states"] = np.sum(shares >= min_share, axis=1).reshape(lead)
     if sites.beta is not None:
         out[sites.beta] = samples[sites.beta][:, :, kept]
     for k in sites.params:
@@ -615,25 +814,46 @@ def summary(samples, *, name: Optional[str] = None, relabel: bool = True, refere
     constant = {k: v[0, 0] for k, v in out.items() if v.size and np.all(v == v[:1, :1])}
     varying = {k: v for k, v in out.items() if k not in constant}
     stats = numpyro_summary(varying, prob=prob, group_by_chain=True) if varying else {}
-    return StateSummary(out, stats, kept, occupancy, constant)
+    point = point_segmentation(flat_states, lengths=lengths) if point_estimate else None
+    divergences = None
+    if diverging is not None:
+        diverging = np.asarray(diverging, bool)
+        diverging = diverging.reshape(lead) if diverging.size == np.prod(lead) else diverging
+        divergences = diverging.reshape(diverging.shape[0] if group_by_chain else 1, -1).sum(1)
+    return StateSummary(out, stats, kept, occupancy, constant, point, divergences)
 
 
 def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, reference=None,
                   min_occupancy: float = 0.5, prob: float = 0.9, lengths=None, extra_sites: Sequence[str] = (),
-                  group_by_chain: bool = True) -> StateSummary:
+                  group_by_chain: bool = True, min_share: float = MIN_SHARE,
+                  point_estimate: bool = True, diverging=None) -> StateSummary:
     """Print :func:`summary` as ``numpyro.diagnostics.print_summary`` does (the kept states' labels,
     the constant sites and the occupancy below the table) and return it.  Arguments as
     :func:`summary`; use it instead of ``mcmc.print_summary()`` for HDP-HMM models."""
     from numpyro.diagnostics import print_summary as numpyro_print_summary
 
     res = summary(samples, name=name, relabel=relabel, reference=reference, min_occupancy=min_occupancy, prob=prob,
-                  lengths=lengths, extra_sites=extra_sites, group_by_chain=group_by_chain)
+                  lengths=lengths, extra_sites=extra_sites, group_by_chain=group_by_chain, min_share=min_share,
+                  point_estimate=point_estimate, diverging=diverging)
     varying = {k: v for k, v in res.sites.items() if k not in res.constant}
     if varying:
         numpyro_print_summary(varying, prob=prob, group_by_chain=True)
     what = "relabelled " if relabel else ""
-    print(f"state-indexed sites: the {what}states used in >= {min_occupancy:.0%} of draws, labels {res.states.tolist()} "
-          f"(occupancy {np.round(res.occupancy[res.states], 2).tolist()}); states and transition rows left out")
+    raw = [k for k in res.sites if k.endswith("_num_states")][0]
+    eff = raw[: -len("_num_states")] + "_effective_states"
+    line = (f"number of states: raw (labelling some step) mean {np.mean(res.sites[raw]):.2f}, effective (>= "
+            f"{min_share:.0%} of the steps) mean {np.mean(res.sites[eff]):.2f}")
+    if res.point is not None:
+        line += (f", point segmentation {res.point.num_clusters} (expected VI loss "
+                 f"{res.point.expected_loss:.3g})")
+    print(line)
+    print(f"state-indexed sites: the {what}states holding >= {min_share:.0%} of the steps in >= {min_occupancy:.0%} "
+          f"of draws, labels {res.states.tolist()} (occupancy {np.round(res.occupancy[res.states], 2).tolist()}); "
+          "states and transition rows left out")
     for k, v in res.constant.items():
         print(f"constant over all draws: {k} = {np.asarray(v).tolist()}")
+    if res.divergences is not None:
+        total = int(res.divergences.sum())
+        print(f"inner-kernel divergences after warmup: {total} (per chain {res.divergences.tolist()})"
+              + ("; see docs/errors.md, 'Runtime warnings'" if total else ""))
     return res

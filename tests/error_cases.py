@@ -276,7 +276,8 @@ def render() -> str:
         "`tests/test_errors.py` runs every case and fails when this page is out of date. Every "
         "check runs on concrete values before any compilation (inside `jit` only the shape checks "
         "run) and raises a `ValueError` that names the argument; a NumPyro effect handler that the kernels cannot "
-        "honour raises a `NotImplementedError` that names the handler and what to do instead.",
+        "honour raises a `NotImplementedError` that names the handler and what to do instead. Warnings of a run that works "
+        "(capacity, divergences, non-finite values), each with its cause and remedy: {doc}`warnings`.",
         "",
         f"{len(CASES)} cases.",
         "",

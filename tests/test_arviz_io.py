@@ -199,8 +199,21 @@ def test_relabelled_posterior(run):
     (posterior,) = _groups(data, "posterior")
     grouped = mcmc.get_samples(group_by_chain=True)
     expected = nh.relabel_samples(grouped, lengths=LENGTHS)
-    for k in ("y_states", "y_trans", "y_beta", "y_probs"):
-        np.testing.assert_array_equal(posterior[k].values, np.asarray(expected[k]), err_msg=k)
+    # the states of nh.labels.summary: empty slots left out of the state axes (issue 41)
+    kept = nh.labels.summary(grouped, lengths=LENGTHS, point_estimate=False).states
+    assert posterior.attrs["kept_states"] == kept.tolist()
+    rows = np.append(kept, grouped["y_probs"].shape[2])
+    np.testing.assert_array_equal(posterior["y_states"].values, np.asarray(expected["y_states"]))
+    np.testing.assert_array_equal(posterior["y_probs"].values, np.asarray(expected["y_probs"])[:, :, kept])
+    np.testing.assert_array_equal(posterior["y_beta"].values, np.asarray(expected["y_beta"])[:, :, rows])
+    np.testing.assert_array_equal(posterior["y_trans"].values,
+                                  np.asarray(expected["y_trans"])[:, :, rows][:, :, :, rows])
+    # the raw and the effective number of states side by side
+    (stats,) = _groups(data, "sample_stats")
+    flat = np.asarray(grouped["y_states"]).reshape((-1,) + grouped["y_states"].shape[2:])
+    np.testing.assert_array_equal(stats["effective_states"].values.ravel(),
+                                  nh.labels.effective_num_states(flat, lengths=LENGTHS))
+    np.testing.assert_array_equal(posterior["y_effective_states"].values, stats["effective_states"].values)
     reference = np.asarray(samples["y_states"][-1])
     data = nh.to_inference_data(mcmc, backend=_backend(), log_likelihood=False, relabel=reference)
     (posterior,) = _groups(data, "posterior")

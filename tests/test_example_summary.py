@@ -16,7 +16,8 @@ def test_example_prints_relabelled_summary_without_nan(tmp_path, capsys):
     spec.loader.exec_module(example)
     example.main(num_warmup=10, num_samples=20, num_chains=2, prefix=str(tmp_path / "a"))
     out = capsys.readouterr().out
-    assert "relabelled states used in" in out
+    assert "relabelled states holding" in out
+    assert "effective (>= 1% of the steps)" in out and "point segmentation:" in out  # issue 41
     table = out[: out.index("state-indexed sites:")]
     assert "y_mu" in table and "kappa" in table
     assert "nan" not in table.lower() and "y_states" not in table

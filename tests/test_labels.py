@@ -160,6 +160,75 @@ def test_point_segmentation_is_a_local_minimum():
                 assert expected_partition_loss(moved, draws, loss) >= res.expected_loss - 1e-12, (loss, t, k)
 
 
+def two_regime_posteriors(num=40, n=80, S=100):
+    """Draws of two-regime posteriors: a change point that wanders around the middle, some draws
+    with one regime, some with a third state splitting a regime, noise; the parameters vary by
+    case.  On cases 3, 6, 30, 31, 32, 35, 38, 39 the single-step sweeps from the draws and from
+    sequential allocation stop at two clusters while the one-cluster partition is better."""
+    rng = np.random.default_rng(1)
+    out = []
+    for _ in range(num):
+        p1, jit, psplit, noise = rng.uniform(0, 0.6), rng.integers(1, 30), rng.uniform(0, 0.8), rng.uniform(0, 0.3)
+        draws = []
+        for _ in range(S):
+            if rng.random() < p1:
+                d = np.zeros(n, int)
+            else:
+                d = (np.arange(n) >= n // 2 + rng.integers(-jit, jit + 1)).astype(int)
+                if rng.random() < psplit:
+                    c2 = rng.integers(0, n)
+                    d = np.where((np.arange(n) >= c2) & (d == d[c2]), 2, d)
+            draws.append(np.where(rng.random(n) < noise, rng.integers(0, 4, n), d))
+        out.append(np.stack(draws))
+    return out
+
+
+def test_point_segmentation_tries_one_cluster_and_merges():
+    """The issue's failure: the greedy search stayed at two clusters where one is better."""
+    from numpyro_hdphmm.labels import _merge_deltas  # noqa: PLC2701 (a test of the module's own helper)
+
+    cases = two_regime_posteriors()
+    for i in (6, 30, 38):
+        draws = cases[i]
+        n = draws.shape[1]
+        one = expected_partition_loss(np.zeros(n, int), draws)
+        res = nh.point_segmentation(draws)
+        assert res.expected_loss <= one + 1e-12 and res.num_clusters == 1, (i, res.expected_loss, one)
+        # negative control: the two-cluster partition of the draws' regimes is a local minimum of
+        # single-step moves (what the search returned before) that one merge improves
+        two = (np.arange(n) >= n // 2).astype(int)
+        assert expected_partition_loss(two, draws) > one
+        assert _merge_deltas(two, draws, np.full(len(draws), 1 / len(draws)), "vi")[0, 1] < 0
+    # a candidate start is never beaten by the estimate's loss ... and is used when it is best
+    draws = cases[6]
+    cand = np.zeros(draws.shape[1], int)
+    assert nh.point_segmentation(draws, num_starts=2, candidates=cand).expected_loss <= \
+        expected_partition_loss(cand, draws) + 1e-12
+
+
+@pytest.mark.parametrize("loss", ["vi", "binder"])
+def test_point_segmentation_brute_force_with_merge_optima(loss):
+    """All partitions of 5-7 steps, on posteriors whose optimum is often one or two clusters, and
+    no merge of two clusters of the estimate lowers the loss."""
+    from numpyro_hdphmm.labels import _merge_deltas  # noqa: PLC2701
+
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        n = int(rng.integers(5, 8))
+        t = np.arange(n)
+        p1, noise = rng.uniform(0, 0.6), rng.uniform(0, 0.3)
+        draws = np.stack([np.where(rng.random(n) < noise, rng.integers(0, 4, n),
+                                   0 if rng.random() < p1 else (t >= n // 2 + rng.integers(-1, 2)).astype(int))
+                          for _ in range(30)])
+        weights = rng.dirichlet(np.ones(30))
+        best, _ = brute_minimum(draws, weights, loss)
+        res = nh.point_segmentation(draws, loss, weights=weights)
+        np.testing.assert_allclose(res.expected_loss, best, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(expected(loss, res.labels, draws, weights), best, rtol=1e-10, atol=1e-12)
+        if res.num_clusters > 1:
+            assert np.min(_merge_deltas(res.labels, draws, weights, loss)) >= -1e-12
+
+
 def test_point_segmentation_validation():
     draws = np.array([[0, 1, 1], [0, 0, 1]])
     with pytest.raises(ValueError, match="loss"):
@@ -174,6 +243,10 @@ def test_point_segmentation_validation():
         nh.point_segmentation(np.array([0, 1, 1]))
     with pytest.raises(ValueError, match="labels"):
         expected_partition_loss(np.zeros(4, int), draws)
+    with pytest.raises(ValueError, match="candidates"):
+        nh.point_segmentation(draws, candidates=np.zeros(4, int))
+    with pytest.raises(ValueError, match="candidates"):
+        nh.point_segmentation(draws, candidates=np.array([0, -1, 1]))
     # unrelated draws: Binder's estimate is all singletons, more clusters than a given cap
     noise = np.random.default_rng(9).integers(0, 3, (60, 8))  # P(together) about 1/3 < 1/2 for every pair
     with pytest.warns(RuntimeWarning, match="max_clusters"):

@@ -60,8 +60,9 @@ fig.tight_layout()
 # ---------
 # A model is an ordinary NumPyro function.  The priors of the concentration ``gamma`` (top
 # level), ``alpha`` (transition rows) and the self-transition bias ``kappa`` are yours; with
-# Gamma priors (as here) every kernel updates them exactly with the auxiliary-variable
-# schemes of Fox et al.  :func:`numpyro_hdphmm.sample` declares the latent structure of the
+# Gamma priors (as here) every kernel updates them exactly: by slice sampling of their
+# collapsed conditionals (the default, ``hyperparameters="collapsed"``) or by the
+# auxiliary-variable schemes of Fox et al. (``hyperparameters="auxiliary"``).  :func:`numpyro_hdphmm.sample` declares the latent structure of the
 # HDP-HMM as explicit sample sites: ``y_beta`` ``(K+1,)``, ``y_trans`` ``(K+1, K+1)``, the
 # emission parameters ``y_mu`` ``(K, 1)`` and ``y_cov`` ``(K, 1, 1)``, the state sequence
 # ``y_states`` ``(T,)`` and the observed ``y`` ``(T, 1)``, with ``K = max_states``.
@@ -120,8 +121,22 @@ states = np.asarray(mcmc.get_samples(group_by_chain=True)["y_states"])  # (chain
 hamming = nh.diagnostics.hamming_distance(states, truth)  # (chains, draws)
 print("normalized Hamming distance, last draw of each chain:", np.round(hamming[:, -1], 3))
 
-nh.diagnostics.plot_segmentation(y, states[0, -1], true_states=truth,
-                                 title="sticky HDP-HMM: chain 0, last draw (colour = state)")
+# %%
+# One draw is one sample, not an answer.  The posterior's point estimate of the segmentation is
+# :func:`numpyro_hdphmm.point_segmentation` (the partition of the steps with the least expected
+# variation of information to the draws, over all chains; no relabelling needed), and
+# :func:`numpyro_hdphmm.labels.step_agreement` gives, per step, the fraction of draws that put
+# the step in its estimated state (the strip below the plot): low at uncertain change points.
+# Its number of clusters is the third count :func:`numpyro_hdphmm.labels.print_summary` reports,
+# beside the raw and the effective ones (:doc:`/practical`).
+
+flat = states.reshape(-1, states.shape[-1])
+point = nh.point_segmentation(flat)
+agreement = nh.labels.step_agreement(flat, point.labels)
+print(f"point segmentation: {point.num_clusters} states, expected VI loss {point.expected_loss:.3f}, "
+      f"Hamming distance {nh.diagnostics.hamming_distance(point.labels, truth):.3f}")
+nh.diagnostics.plot_segmentation(y, point.labels, true_states=truth, agreement=agreement,
+                                 title="sticky HDP-HMM: posterior point segmentation (colour = state)")
 
 # %%
 # Next steps: the tutorials of the other kernels (:class:`~numpyro_hdphmm.infer.DirectAssignmentGibbs`,

@@ -88,7 +88,10 @@ samples = mcmc.get_samples(group_by_chain=True)
 states = np.asarray(samples["y_states"])
 print("Hamming distance to the truth, last draw per chain:",
       np.round(nh.diagnostics.hamming_distance(states[:, -1], truth), 3))
-nh.diagnostics.plot_segmentation(y, states[0, -1], true_states=truth, title="chain 0, last draw")
+flat = states.reshape(-1, states.shape[-1])
+point = nh.point_segmentation(flat)  # the posterior point estimate, over all chains
+nh.diagnostics.plot_segmentation(y, point.labels, true_states=truth, agreement=nh.labels.step_agreement(flat, point.labels),
+                                 title="posterior point segmentation")
 
 # %%
 # ArviZ reads everything, including the ``y_num_states`` site the kernel adds; the

@@ -64,10 +64,10 @@ mcmc.run(jax.random.key(0), y, extra_fields=("num_states", "overflow"))
 # States in use and the capacity
 # ------------------------------
 # ``overflow`` is True in a sweep that wanted a new state while every slot was occupied.  Each
-# chain starts from a draw of the model's prior, and with the vague prior on ``gamma`` that draw
-# may use more states than the capacity (the ``MarkovChain.sample`` warnings above) and fill
-# every slot in the first sweeps (the kernel's warning); the sampler then merges them.  If
-# ``overflow`` stays on after warm-up, increase ``max_states``.
+# chain starts from the data-driven start (``init_strategy="data"``, the default: clustered
+# windows of the observations, :mod:`numpyro_hdphmm.infer.initialization`; ``"prior"`` starts
+# from a draw of the model's prior instead), so it begins near the right number of states.  If
+# ``overflow`` stays on after warm-up, increase ``max_states`` (:doc:`/practical`).
 
 stats = mcmc.get_extra_fields(group_by_chain=True)
 print("sweeps with overflow:", int(np.sum(stats["overflow"])))

@@ -92,5 +92,8 @@ axes[1].set(xlabel="sweep (after warm-up)", ylabel="Hamming distance")
 fig.tight_layout()
 
 # %%
-nh.diagnostics.plot_segmentation(y[:600], states[0, -1, :600], true_states=truth[:600],
-                                 title="BeamSampler, chain 0, last draw (first 600 steps)")
+flat = states.reshape(-1, states.shape[-1])
+point = nh.point_segmentation(flat)  # the posterior point estimate, over all chains
+agreement = nh.labels.step_agreement(flat, point.labels)
+nh.diagnostics.plot_segmentation(y[:600], point.labels[:600], true_states=truth[:600], agreement=agreement[:600],
+                                 title="BeamSampler, posterior point segmentation (first 600 steps)")

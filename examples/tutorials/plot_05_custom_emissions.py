@@ -16,7 +16,8 @@ Hyperpriors are yours too.  The kernels recognize, by evaluating the model at pr
   parameterization, eqs. 50-53), however the model computes ``alpha`` and ``kappa`` from them;
 * a DP-mixture concentration ``sigma ~ Gamma``;
 
-and give them the exact auxiliary-variable updates.  Any other prior (here LogNormal) is
+and give them exact updates (slice sampling of their collapsed conditionals by default, Fox et
+al.'s auxiliary-variable updates with ``hyperparameters="auxiliary"``).  Any other prior (here LogNormal) is
 sampled by the inner NUTS kernel from the model's own densities.
 
 This page fits heavy-tailed data (Student-t noise, whose outliers a Gaussian HMM explains with

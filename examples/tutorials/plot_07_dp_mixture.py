@@ -69,7 +69,9 @@ states = np.asarray(samples["y_states"])
 print("Hamming distance, last draw:", round(float(nh.diagnostics.hamming_distance(states[-1], truth)), 3))
 print(az.summary(az.from_numpyro(mcmc, log_likelihood=False), var_names=["kappa", "sigma", "y_num_states"],
                  kind="stats"))
-nh.diagnostics.plot_segmentation(y, states[-1], true_states=truth, title="sticky HDP-HMM with DP-mixture emissions")
+point = nh.point_segmentation(states)  # the posterior point estimate of the segmentation
+nh.diagnostics.plot_segmentation(y, point.labels, true_states=truth, agreement=nh.labels.step_agreement(states, point.labels),
+                                 title="sticky HDP-HMM with DP-mixture emissions: point segmentation")
 
 # %%
 # Each used state's mixture density from the last draw, over the histogram of the

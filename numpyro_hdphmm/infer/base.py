@@ -299,6 +299,7 @@ class _HDPStateFields(NamedTuple):
     diverging: jax.Array
     inner_state: Any
     rng_key: jax.Array
+    sweep: jax.Array
 
 
 class HDPState(_HDPStateFields):
@@ -312,7 +313,8 @@ class HDPState(_HDPStateFields):
     states, theta)``; ``nonfinite``: some recorded site or ``lp`` was NaN or infinite (a warning
     names the sites);
     ``accept_prob``/``diverging``: statistics of the inner kernel (1.0/False without one);
-    ``inner_state``: the inner kernel's state (or ``None``); ``rng_key``.
+    ``inner_state``: the inner kernel's state (or ``None``); ``rng_key``; ``sweep``: the sweeps
+    done since ``init`` (warmup included).
     """
 
     __slots__ = ()
@@ -339,6 +341,53 @@ def _warn_overflow(overflow, capacity, kernel):
             f"{kernel}: all max_states={capacity} state slots were occupied in a sweep, {what}; "
             f"increase max_states (e.g. to {2 * capacity}). The `overflow` field (extra_fields=('overflow',)) "
             "marks those sweeps.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+#: the share of post-warmup sweeps (per chain) in which a BeamSampler overflow plausibly changed
+#: the draw, above which the kernel warns (docs/errors.md, "Runtime warnings")
+OVERFLOW_RATE = 0.01
+#: ... and at least this many of them (one early event is not a rate)
+OVERFLOW_EVENTS = 5
+_overflow_events = {}
+
+
+def _warn_overflow_rate(value, capacity, kernel, num_chains, key):
+    """Host side of the BeamSampler's overflow warning: ``value = (chains, chains * sweep)`` summed
+    over the chains with an event in this sweep; warns once the events reach
+    :data:`OVERFLOW_RATE` of the post-warmup sweeps of every chain, and :data:`OVERFLOW_EVENTS` in number."""
+    value = np.asarray(value).reshape(-1, 2).sum(0)
+    chains, sweep = int(value[0]), int(value[1]) // max(int(value[0]), 1)
+    total, last, warned = _overflow_events.get(key, (0, -1, False))
+    if sweep < last:  # a new run starts the count again
+        total, warned = 0, False
+    total += chains
+    due = not warned and total >= max(OVERFLOW_EVENTS, OVERFLOW_RATE * sweep * num_chains)
+    _overflow_events[key] = (total, sweep, warned or due)
+    if due:  # once per run
+        warnings.warn(
+            f"{kernel}: in {total} of {sweep * num_chains} sweeps after warmup (over all chains) the slice variables "
+            f"asked for more than max_states={capacity} states and the sweep used a state it had just instantiated (or "
+            "every slot), so "
+            "the states left out at the capacity were plausibly needed too and those draws come from the model "
+            f"truncated at max_states; increase max_states (e.g. to {2 * capacity}). The `overflow` and `fresh_used` "
+            "fields (extra_fields=('overflow', 'fresh_used')) mark those sweeps.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _warn_divergence(count, kernel):
+    n = int(np.sum(np.asarray(count)))
+    if n > 0:
+        warnings.warn(
+            f"{kernel}: the inner kernel (NUTS by default), which updates the sites without an exact update (a "
+            "custom emission's parameters, hyperparameters without a recognized prior), diverged after warmup, so "
+            "its draws of those sites may be biased. Reparameterize those sites or give them tighter priors, or "
+            "pass inner_kernel=NUTS(model, target_accept_prob=0.95). The `diverging` field (in sample_stats) marks "
+            "those sweeps and nh.labels.print_summary(mcmc) counts them.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -754,10 +803,25 @@ class HDPKernel(MCMCKernel):
             raise RuntimeError(f"{type(self).__name__}.sample: call init first.")
         state = self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
         name = type(self).__name__
-        host_warning(_warn_overflow, state.info.overflow, self._spec.capacity, name)
+        late = state.sweep > self._config[1]  # after warmup
+        flags = self._overflow_warning(state)
+        if flags is not None:
+            host_warning(_warn_overflow, flags, self._spec.capacity, name)
+        else:  # the rate of overflows that plausibly biased a sweep, after warmup (BeamSampler)
+            needed = state.info.fresh_used | (state.num_states >= self._spec.capacity)
+            event = (state.info.overflow & needed & late).astype(jnp.int32)
+            host_warning(_warn_overflow_rate, jnp.stack([event, event * (state.sweep - self._config[1])], -1),
+                         self._spec.capacity, name, int(np.size(state.num_states)), id(self))
+        if self._inner is not None:  # divergences of the inner kernel after warmup
+            host_warning(_warn_divergence, state.diverging & late, name)
         names = tuple(k for k, v in state.z.items() if jnp.issubdtype(jnp.result_type(v), jnp.inexact)) + ("lp",)
         host_warning(_warn_nonfinite, _nonfinite_sites(state.z, state.lp), names, name)
         return state
+
+    def _overflow_warning(self, state):
+        """The overflow flags that warn (default: every overflow; ``state.info.overflow`` records them
+        all), or ``None`` to warn by the rate of plausibly biased overflows instead (BeamSampler)."""
+        return state.info.overflow
 
     def _clusters(self, init_params) -> bool:
         """Whether the start clusters the data: the data-driven start (or a NumPyro strategy) and
@@ -847,7 +911,8 @@ class HDPKernel(MCMCKernel):
                                             given_base=self._spec.hyper.emission_base in given)
         return self._with_explicit(z, start), view, start
 
-    def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key):
+    def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key,
+               sweep=None):
         """Assemble an :class:`HDPState`: ``lp``, the data log-likelihood, ``num_states`` and the
         non-finite flag from ``z``."""
         lp, data = self._log_joint(z, model_args, model_kwargs)
@@ -863,6 +928,7 @@ class HDPKernel(MCMCKernel):
             diverging=diverging,
             inner_state=inner_state,
             rng_key=rng_key,
+            sweep=jnp.zeros((), jnp.int32) if sweep is None else sweep,
         )
 
     def _sample_one(self, state: HDPState, model_args, model_kwargs) -> HDPState:
@@ -880,4 +946,5 @@ class HDPKernel(MCMCKernel):
             view = self._view(model_args, model_kwargs, z)
             algorithm_state = alg.resume(k_resume, algorithm_state, spec, view)
             z = self._with_explicit(z, alg.explicit(random.fold_in(k_explicit, 1), algorithm_state, spec, view))
-        return self._state(z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, k_next)
+        return self._state(z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, k_next,
+                           state.sweep + 1)

@@ -315,3 +315,26 @@ def test_weak_limit_model_is_rejected():
     with pytest.raises(NotImplementedError, match="GEM"):
         MCMC(BeamSampler(weak_limit(fixed_model)), num_warmup=1, num_samples=1, progress_bar=False).run(
             jax.random.key(0), np.array([0, 1]))
+
+
+def test_overflow_warning_only_when_the_truncation_plausibly_matters():
+    """Issue 41: the overflow warning fires when the sweeps that overflowed AND used a state they
+    had just instantiated (or every slot) reach 1% of the post-warmup sweeps, not on every
+    overflow.  Host side of the warning, driven directly: 5 such sweeps in 600 are quiet, 10 in
+    600 warn, a new run (the sweep counter starting again) starts the count again, and fewer than
+    5 never warn (one early event is not a rate)."""
+    import numpyro_hdphmm.infer.base as base
+
+    def run(event_sweeps, key):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for s in event_sweeps:
+                base._warn_overflow_rate(np.array([1, s]), 20, "BeamSampler", 1, key)
+        return [str(w.message) for w in caught]
+
+    assert run(range(150, 600, 100), "a") == []  # 5 of 600, never 1% of the sweeps so far
+    assert len(run(range(10, 600, 60), "b")) == 1  # 10 of 600 (1.7%): warned once per run
+    assert run([300, 400], "b") == []  # a new run: the count restarts (2 of 400)
+    assert run([10, 20, 30, 40], "d") == []  # 4 events, 10% of the sweeps so far: too few to be a rate
+    msg = run(range(10, 40), "c")[0]
+    assert "max_states=20" in msg and "max_states (e.g. to 40)" in msg and "fresh_used" in msg

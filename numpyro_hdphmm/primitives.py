@@ -194,6 +194,23 @@ def _check_states_shape(name: str, states, expected) -> None:
         )
 
 
+def _check_not_enumerated(name: str) -> None:
+    """Refuse NumPyro's funsor-based enumeration (``infer_discrete``, ``Predictive(...,
+    infer_discrete=True)``, ``TraceEnum_ELBO``), recognized by its handlers on NumPyro's handler
+    stack: it cannot sum or sample the HDP-HMM's state sequence and otherwise fails inside its
+    plates with an unrelated ``KeyError`` or ``AssertionError``."""
+    for handler in getattr(numpyro.primitives, "_PYRO_STACK", ()):
+        if type(handler).__module__.startswith("numpyro.contrib.funsor"):
+            raise NotImplementedError(
+                f"numpyro_hdphmm.sample('{name}') runs under NumPyro's discrete enumeration (`infer_discrete`, "
+                "`Predictive(..., infer_discrete=True)` or `TraceEnum_ELBO`), which cannot enumerate the HDP-HMM's state "
+                f"sequence '{name}_states'. Its posterior draws come from the package's kernels "
+                "(MCMC(nh.infer.WeakLimitGibbs(model)); Predictive(model, mcmc.get_samples()) keeps them); the most "
+                "probable path of each draw is nh.viterbi(model, samples, y), the per-step state probabilities "
+                "nh.smooth(model, samples, y)."
+            )
+
+
 def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     r"""Declare the HDP-HMM ``hmm`` in a NumPyro model, with its latent structure as sites.
 
@@ -233,6 +250,7 @@ def sample(name: str, hmm: StickyHDPHMM, obs=None, lengths=None):
     """
     if not isinstance(hmm, StickyHDPHMM):
         raise ValueError(f"`hmm` must be a StickyHDPHMM or HDPHMM, got {type(hmm).__name__}.")
+    _check_not_enumerated(name)
     if hmm.batch_shape != ():
         raise ValueError(f"`hmm` must have scalar hyperparameters (batch shape ()), got {hmm.batch_shape}.")
     raw_lengths = lengths

@@ -93,6 +93,13 @@ def _hdp_model(y):
     nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, 5.0, em.GaussianNIW.weakly_informative(y), max_states=4), obs=y)
 
 
+def _enumerated():
+    """NumPyro's discrete enumeration of the HDP-HMM model (funsor, a test dependency)."""
+    from numpyro.contrib.funsor import infer_discrete
+
+    return infer_discrete(_hdp_model, first_available_dim=-2, rng_key=jax.random.key(0))(_Y1)
+
+
 def _run_with_init(values):
     from numpyro.infer import MCMC, init_to_value
 
@@ -249,6 +256,8 @@ CASES: List[Case] = [
          NotImplementedError),
     Case("nh.sample", "`nh.sample` inside a `numpyro.plate`", "numpyro.plate",
          lambda: handlers.seed(_in_plate, 0)(), NotImplementedError),
+    Case("nh.sample", "NumPyro's discrete enumeration (`infer_discrete`, `Predictive(..., infer_discrete=True)`)",
+         "infer_discrete", _enumerated, NotImplementedError),
 ]
 
 

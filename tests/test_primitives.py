@@ -169,3 +169,22 @@ def test_gradient_based_numpyro_tools_point_to_the_package():
         MCMC(NUTS(model), num_warmup=1, num_samples=1, progress_bar=False).run(jax.random.key(0), y)
     with pytest.raises(RuntimeError, match=r"y_states.*nh\.infer\.WeakLimitGibbs"):
         SVI(model, AutoNormal(model), numpyro.optim.Adam(1e-2), Trace_ELBO()).init(jax.random.key(0), y)
+
+
+def test_discrete_enumeration_points_to_the_package():
+    """Issue 42: NumPyro's funsor enumeration (``infer_discrete``, ``Predictive(...,
+    infer_discrete=True)``) on an ``nh.sample`` model raises a ``NotImplementedError`` that names
+    the package's tools, not a ``KeyError: 'time'`` from inside its plates (what it raised before)."""
+    from numpyro.contrib.funsor import infer_discrete
+
+    y = np.array([0, 3, 1, 2, 0])
+
+    def model(y):
+        nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, 5.0, nh.emissions.Poisson(), max_states=2), obs=y)
+
+    match = r"discrete enumeration.*y_states.*nh\.infer\.WeakLimitGibbs.*nh\.viterbi.*nh\.smooth"
+    with pytest.raises(NotImplementedError, match=match):
+        infer_discrete(model, first_available_dim=-2, rng_key=jax.random.key(0))(y)
+    samples = {k: v for k, v in Predictive(model, num_samples=2)(jax.random.key(1), y).items() if k != "y"}
+    with pytest.raises(NotImplementedError, match=match):
+        Predictive(model, samples, infer_discrete=True)(jax.random.key(2), y)

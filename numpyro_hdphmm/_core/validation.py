@@ -328,16 +328,21 @@ LOG_LIKELIHOOD_TOLERANCE = 0.5
 def check_log_likelihood_precision(name: str, what: str, magnitude: float, dtype, remedy: str = "") -> None:
     """Refuse data whose per-step log-likelihood terms reach ``magnitude`` (host float, in nats):
     in ``dtype`` their rounding error ``eps * magnitude`` would swamp the differences between the
-    states (``ValueError`` naming ``name`` and float64 when the error exceeds
-    :data:`LOG_LIKELIHOOD_TOLERANCE`)."""
+    states (``ValueError`` naming ``name`` when the error exceeds :data:`LOG_LIKELIHOOD_TOLERANCE`,
+    and float64 as the remedy where ``dtype`` is narrower)."""
     eps = float(np.finfo(np.dtype(dtype)).eps)
     error = eps * float(magnitude)
     if error > LOG_LIKELIHOOD_TOLERANCE:
+        if eps > float(np.finfo(np.float64).eps):
+            fix = (f"{remedy}{'e' if remedy else 'E'}nable 64-bit floats with "
+                   "`jax.config.update('jax_enable_x64', True)` at the start of the program.")
+        else:  # float64 already: no wider type on the accelerators JAX supports
+            fix = (f"{remedy}{'m' if remedy else 'M'}odel the data on another scale (e.g. a Gaussian family of the "
+                   "log counts): float64 is the widest type the kernels compute in.")
         raise ValueError(
             f"`{name}`: {what}, so the log-likelihood's terms reach about {magnitude:.3g} nats, whose rounding error in "
             f"{np.dtype(dtype)} (about {error:.2g} nats) swamps the differences between the states (of order one nat "
-            f"per step): the states would be merged or split at random. {remedy}{'e' if remedy else 'E'}nable 64-bit floats with "
-            "`jax.config.update('jax_enable_x64', True)` at the start of the program."
+            f"per step): the states would be merged or split at random. {fix}"
         )
 
 

@@ -123,7 +123,12 @@ def test_series_scaled_by_1e20_float32_is_refused_with_the_remedy():
 def test_poisson_counts_beyond_float32_are_refused():
     with jax.enable_x64(False), pytest.raises(ValueError, match="`obs`.*sum of the counts"):
         Poisson().check_observations(np.full(20, 1e30))
-    Poisson().check_observations(np.full(20, 1e30))  # float64 holds them
+    Poisson().check_observations(np.full(20, 1e9))  # float64 resolves the log-likelihood of counts at 1e9
+    # at 1e30 float64 holds the counts but not their log-likelihood's differences (issue 43's precision guard):
+    # refused, with a remedy other than float64
+    with pytest.raises(ValueError, match=r"`obs`.*float64 \(about .* nats\).*another scale") as info:
+        Poisson().check_observations(np.full(20, 1e30))
+    assert "enable_x64" not in str(info.value)
 
 
 # ------------------------------------------------------------------ AutoRegressive centring

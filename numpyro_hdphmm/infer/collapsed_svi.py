@@ -984,25 +984,29 @@ class CollapsedSVI:
         self._require_init()
         names = ("transition_counts", "emission_stats", "pseudo_counts", "sticks_u", "sticks_v", "alpha_shape",
                  "alpha_rate", "gamma_shape", "gamma_rate")
-        spec = self._spec
 
         def guide(*args, **kwargs):
             params = {n: numpyro.param(n) for n in names}
             if any(v is None for v in params.values()):
                 raise ValueError("CollapsedSVI.guide needs the variational parameters: Predictive(model, guide=svi.guide, "
                                  "params=result.params, ...).")
-            key = numpyro.prng_key()
-            k_glob, k_states = random.split(key)
-            values = self._draw_globals(k_glob, params)
-            with handlers.block():
-                tr = handlers.trace(handlers.substitute(handlers.seed(self.model, 0), data=values)).get_trace(*args, **kwargs)
-            for site, v in values.items():
-                numpyro.sample(site, dist.Delta(v, event_dim=jnp.ndim(v)))
-            if tr[spec.sites.obs]["is_observed"]:
-                states = self._draw_states(k_states, values, tr, args, kwargs)
-                numpyro.sample(spec.sites.states, dist.Delta(states, event_dim=states.ndim))
+            self._sample_posterior_sites(params, args, kwargs)
 
         return guide
+
+    def _sample_posterior_sites(self, params, args, kwargs) -> None:
+        """The guide's sites: every latent site ``Delta`` at a draw from the variational posterior
+        given ``params`` (:meth:`_draw_globals`), and the states (when the model's data are observed)
+        by :meth:`_draw_states` given the drawn parameters; NumPyro's ``prng_key`` seeds both."""
+        k_glob, k_states = random.split(numpyro.prng_key())
+        values = self._draw_globals(k_glob, params)
+        with handlers.block():
+            tr = handlers.trace(handlers.substitute(handlers.seed(self.model, 0), data=values)).get_trace(*args, **kwargs)
+        for site, v in values.items():
+            numpyro.sample(site, dist.Delta(v, event_dim=jnp.ndim(v)))
+        if tr[self._spec.sites.obs]["is_observed"]:
+            states = self._draw_states(k_states, values, tr, args, kwargs)
+            numpyro.sample(self._spec.sites.states, dist.Delta(states, event_dim=states.ndim))
 
     def _draw_states(self, rng_key, values, trace, args, kwargs):
         spec = self._spec
@@ -1185,18 +1189,7 @@ class CollapsedGuide:
                 carry = self.init_state(rng_key, *args, **kwargs)
             numpyro.primitives.mutable(STATE_SITE, carry)
             return None
-        fitter = self.fitter
-        params = fitter.get_params(carry.state)
-        spec = fitter._spec
-        k_glob, k_states = random.split(numpyro.prng_key())
-        values = fitter._draw_globals(k_glob, params)
-        with handlers.block():
-            tr = handlers.trace(handlers.substitute(handlers.seed(self.model, 0), data=values)).get_trace(*args, **kwargs)
-        for site, v in values.items():
-            numpyro.sample(site, dist.Delta(v, event_dim=jnp.ndim(v)))
-        if tr[spec.sites.obs]["is_observed"]:
-            states = fitter._draw_states(k_states, values, tr, args, kwargs)
-            numpyro.sample(spec.sites.states, dist.Delta(states, event_dim=states.ndim))
+        self.fitter._sample_posterior_sites(self.fitter.get_params(carry.state), args, kwargs)
         return None
 
     # ------------------------------------------------------------------ downstream

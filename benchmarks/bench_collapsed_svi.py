@@ -208,7 +208,7 @@ class Runner:
 
         import numpyro_hdphmm as nh
         from numpyro_hdphmm.infer.collapsed_svi import Minibatch, length_strata, scvi_update
-        from numpyro_hdphmm.infer.discovery import SequenceData
+        from numpyro_hdphmm.infer.plumbing.discovery import SequenceData
 
         self.jax, self.N, self.M, self.chunk, self.score = jax, len(lengths), batch_size, chunk, score
         svi = nh.infer.CollapsedSVI(model, num_states=num_states, batch_size=batch_size)

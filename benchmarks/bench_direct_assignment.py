@@ -91,8 +91,8 @@ def alice_sweep(capacity=400, start_states=200, repeats=3):
 
     import numpyro_hdphmm as nh
     from numpyro_hdphmm.infer import DirectAssignmentGibbs
-    from numpyro_hdphmm.infer.direct_assignment import assignment_sweep
-    from numpyro_hdphmm.infer.discovery import model_view
+    from numpyro_hdphmm.infer.algorithms.direct_assignment import assignment_sweep
+    from numpyro_hdphmm.infer.plumbing.discovery import model_view
 
     text = nh.datasets.load_alice()
     y = np.asarray(text.tokens[: len(text.tokens) - text.info["num_test"]])

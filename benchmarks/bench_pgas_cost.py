@@ -119,7 +119,7 @@ class _SMCState(NamedTuple):
 
 
 def smc_sweep(kernel, state, y, L, seed):
-    """The conditional SMC alone (step 1 of a PGAS sweep, :func:`numpyro_hdphmm.infer.pgas.conditional_smc`)
+    """The conditional SMC alone (step 1 of a PGAS sweep, :func:`numpyro_hdphmm.infer.algorithms.pgas.conditional_smc`)
     on the rows, ``beta`` and emission parameters of ``state`` held fixed (free slots: prior
     draws), each call's reference the previous call's path: ``(jitted step, state)``."""
     import jax
@@ -127,7 +127,7 @@ def smc_sweep(kernel, state, y, L, seed):
 
     import numpyro_hdphmm as nh
     from numpyro_hdphmm._core import crp
-    from numpyro_hdphmm.infer.pgas import PGASInfo, StateGraph, conditional_smc
+    from numpyro_hdphmm.infer.algorithms.pgas import PGASInfo, StateGraph, conditional_smc
 
     z = state.z
     emission = nh.emissions.GaussianNIW.weakly_informative(y)

@@ -15,7 +15,7 @@ from numpyro.infer.reparam import Reparam
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm import emissions as em
-from numpyro_hdphmm.infer.discovery import discovery_trace
+from numpyro_hdphmm.infer.plumbing.discovery import discovery_trace
 from numpyro_hdphmm.infer import BeamSampler, CollapsedSVI, DirectAssignmentGibbs, PGAS, RCDSampler, WeakLimitGibbs
 
 KERNELS = [WeakLimitGibbs, DirectAssignmentGibbs, BeamSampler, RCDSampler, PGAS]

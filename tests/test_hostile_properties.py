@@ -16,7 +16,7 @@ from hypothesis import strategies as hs
 import numpyro_hdphmm as nh
 from numpyro_hdphmm import emissions as em
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, PGAS, RCDSampler, WeakLimitGibbs
-from numpyro_hdphmm.infer.discovery import discovery_trace
+from numpyro_hdphmm.infer.plumbing.discovery import discovery_trace
 
 _COMMON = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 FAST = settings(max_examples=12, **_COMMON)

@@ -103,7 +103,7 @@ def test_step_agreement():
 def test_divergences_counted_and_warned():
     """The inner kernel's divergences (sample_stats' ``diverging``) are counted per chain in the
     summary, and the kernel's host warning names the remedy."""
-    from numpyro_hdphmm.infer.base import _warn_divergence
+    from numpyro_hdphmm.infer.plumbing.adapter import _warn_divergence
 
     samples = switched_draws()
     diverging = np.zeros((3, 50), bool)

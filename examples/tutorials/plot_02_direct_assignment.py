@@ -65,7 +65,7 @@ mcmc.run(jax.random.key(0), y, extra_fields=("num_states", "overflow"))
 # ------------------------------
 # ``overflow`` is True in a sweep that wanted a new state while every slot was occupied.  Each
 # chain starts from the data-driven start (``init_strategy="data"``, the default: clustered
-# windows of the observations, :mod:`numpyro_hdphmm.infer.initialization`; ``"prior"`` starts
+# windows of the observations, :mod:`numpyro_hdphmm.infer.plumbing.initialization`; ``"prior"`` starts
 # from a draw of the model's prior instead), so it begins near the right number of states.  If
 # ``overflow`` stays on after warm-up, increase ``max_states`` (:doc:`/practical`).
 

@@ -2,7 +2,7 @@ r"""Clustering numerics for data-driven starting states: windowed sums along tim
 k-means++ seeding, greedy Bayesian merging and the BIC of the Gaussian HMM a labelling implies,
 all with static shapes (pure JAX, jittable).
 
-Used by :mod:`numpyro_hdphmm.infer.initialization`; nothing here knows about emission families
+Used by :mod:`numpyro_hdphmm.infer.plumbing.initialization`; nothing here knows about emission families
 """
 
 from __future__ import annotations

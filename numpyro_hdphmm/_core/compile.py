@@ -10,7 +10,7 @@ fusion emitters) saves more than it costs: on the README's model the discovery d
 of 6 s.  The generated code is about 5 times slower (the clustering at T = 10^5: 13 s instead of
 2.5 s), so the sweep, which runs thousands of times, always keeps XLA's defaults, and the
 clustering and the init program use the options on small data only
-(``numpyro_hdphmm.infer.base``).
+(``numpyro_hdphmm.infer.plumbing.adapter``).
 
 The options can change floating-point results in the last bits (LLVM's contractions and its
 transcendental functions differ).  The discovery draw's values only decide the model's

@@ -6,7 +6,7 @@ states compiles its inner computation for a few sizes (``16, 32, 64, ...`` and `
 :func:`state_sizes`) and runs the smallest one that holds every state it may touch
 (:func:`run_at_size`, a ``lax.switch``).  Used by the beam sampler's slice FFBS
 (:mod:`numpyro_hdphmm._core.slices`, ``O(T k^2)``) and by particle Gibbs's posterior proposal
-(:mod:`numpyro_hdphmm.infer.pgas`, ``O(T N k)``).
+(:mod:`numpyro_hdphmm.infer.algorithms.pgas`, ``O(T N k)``).
 
 Under ``jax.vmap`` (vectorized chains) a ``switch`` on a batched index would run every branch and
 select; :func:`run_at_size` instead runs every chain at the largest size any chain needs (a

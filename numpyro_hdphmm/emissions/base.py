@@ -127,7 +127,7 @@ class EmissionFamily:
     def clustering_features(self, y):
         """``(N, T, D')`` real features of observations ``y (N, T, *event_shape)`` (NaN marks a
         missing value) whose Euclidean distances the data-driven start's k-means uses
-        (:func:`numpyro_hdphmm.infer.initialization.cluster_states`).  Default: the observations
+        (:func:`numpyro_hdphmm.infer.plumbing.initialization.cluster_states`).  Default: the observations
         themselves, the event flattened; a family whose values are labels, not magnitudes,
         overrides it (:class:`~numpyro_hdphmm.emissions.Categorical`)."""
         y = jnp.asarray(y)

@@ -297,7 +297,7 @@ def hierarchical_categorical(name: str, num_categories, concentration=1.0, base_
     (``DP(concentration, phi)`` on ``C`` symbols) for every state: symbols frequent in some states
     become likely in new and rarely visited ones.
 
-    Every MCMC kernel recognizes the site (:attr:`~numpyro_hdphmm.infer.discovery.HyperSites.emission_base`)
+    Every MCMC kernel recognizes the site (:attr:`~numpyro_hdphmm.infer.plumbing.discovery.HyperSites.emission_base`)
     and draws ``phi`` exactly each sweep, with the states' emission probabilities integrated out
     (:func:`~numpyro_hdphmm._core.crp.sample_shared_base`); a model that writes the same two lines
     itself is recognized too.  ``concentration`` may be a sample site of the model: a scalar Gamma

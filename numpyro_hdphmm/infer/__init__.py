@@ -11,26 +11,26 @@ kernel                     algorithm
 ``CollapsedSVI``           stochastic collapsed variational inference (Wang & Blunsom 2014)
 =========================  ====================================================================
 
-Every MCMC kernel is an :class:`~numpyro_hdphmm.infer.base.HDPKernel` (the NumPyro adapter) around an
-:class:`~numpyro_hdphmm.infer.base.Algorithm` (the pure core); :func:`~numpyro_hdphmm.infer.discovery.discover`
+Every MCMC kernel is an :class:`~numpyro_hdphmm.infer.plumbing.adapter.HDPKernel` (the NumPyro adapter) around an
+:class:`~numpyro_hdphmm.infer.plumbing.adapter.Algorithm` (the pure core); :func:`~numpyro_hdphmm.infer.plumbing.discovery.discover`
 finds the model's sites and the update plan once, before compilation (``kernel.update_plan(...)``).
 ``CollapsedSVI`` is a fitter that mirrors ``numpyro.infer.SVI`` (``init``/``update``/``run``/``get_params``)
 on the same models, its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi` and :mod:`numpyro_hdphmm._core.cvi`;
 ``numpyro.infer.SVI(model, CollapsedGuide(model, ...), optim, CollapsedELBO())`` makes the same updates through
 NumPyro's own SVI loop.
 ``WeakLimitGibbs(model, mesh=sequence_mesh())`` and ``BeamSampler(model, mesh=...)`` split the sequences over
-the devices (and processes) of a :class:`jax.sharding.Mesh` (:mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``).
+the devices (and processes) of a :class:`jax.sharding.Mesh` (:mod:`numpyro_hdphmm.infer.plumbing.sharding`, ``docs/scaling.md``).
 """
 
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, HDPState
-from numpyro_hdphmm.infer.beam import BeamSampler
-from numpyro_hdphmm.infer.direct_assignment import DirectAssignmentGibbs
-from numpyro_hdphmm.infer.discovery import ModelSpec, UpdatePlan, discover
-from numpyro_hdphmm.infer.initialization import init_to_data
-from numpyro_hdphmm.infer.pgas import PGAS
-from numpyro_hdphmm.infer.rcd import RCDSampler
-from numpyro_hdphmm.infer.sharding import sequence_mesh
-from numpyro_hdphmm.infer.weak_limit import WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, HDPState
+from numpyro_hdphmm.infer.algorithms.beam import BeamSampler
+from numpyro_hdphmm.infer.algorithms.direct_assignment import DirectAssignmentGibbs
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, UpdatePlan, discover
+from numpyro_hdphmm.infer.plumbing.initialization import init_to_data
+from numpyro_hdphmm.infer.algorithms.pgas import PGAS
+from numpyro_hdphmm.infer.algorithms.rcd import RCDSampler
+from numpyro_hdphmm.infer.plumbing.sharding import sequence_mesh
+from numpyro_hdphmm.infer.algorithms.weak_limit import WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer.collapsed_svi import CollapsedELBO, CollapsedGuide, CollapsedSVI, CollapsedSVIState, RobbinsMonro
 
 __all__ = [

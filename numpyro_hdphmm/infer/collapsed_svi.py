@@ -21,7 +21,7 @@ One update (Alg. 1, one minibatch ``B`` of ``M`` whole sequences, all in one jit
    :meth:`~numpyro_hdphmm.emissions.EmissionFamily.predictive_log_likelihoods`);
 2. ``q(z^n)`` for every ``n`` in ``B``: forward-backward under the surrogate, the sequence's own
    counts **not** subtracted (the zeroth-order update of Sec. 2.2; :func:`numpyro_hdphmm._core.cvi.expected_counts`),
-   the minibatch's sequences split over the devices of ``mesh`` (:func:`numpyro_hdphmm.infer.sharding.map_sequences`;
+   the minibatch's sequences split over the devices of ``mesh`` (:func:`numpyro_hdphmm.infer.plumbing.sharding.map_sequences`;
    the sums over sequences of steps 3-4 are reduced over the devices);
 3. Robbins-Monro: ``E[C] <- (1 - rho_n) E[C] + rho_n (N / M) sum_B E[C^n]``, likewise ``E[t]``
    (eqs. 11-12, minibatch form), ``rho_n = (tau + n)^-kappa``;
@@ -72,9 +72,9 @@ from numpyro_hdphmm._core import cvi
 from numpyro_hdphmm._core.hmm import hmm_posterior_sample, hmm_smoother, hmm_viterbi, hmm_filter
 from numpyro_hdphmm._core.random import beta as draw_beta
 from numpyro_hdphmm._core.random import dirichlet, gamma as draw_gamma
-from numpyro_hdphmm.infer.base import flatten_time
-from numpyro_hdphmm.infer.discovery import ModelSpec, SequenceData, discover, model_view
-from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_mesh
+from numpyro_hdphmm.infer.plumbing.adapter import flatten_time
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, SequenceData, discover, model_view
+from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_mesh
 from numpyro_hdphmm.posterior import as_sequences
 
 __all__ = [
@@ -240,7 +240,7 @@ def _emission_terms(emission, x, stats, config: SCVIConfig, shape):
 
 
 class Minibatch(NamedTuple):
-    """One group of sequences of a minibatch: ``data`` (:class:`~numpyro_hdphmm.infer.discovery.SequenceData`
+    """One group of sequences of a minibatch: ``data`` (:class:`~numpyro_hdphmm.infer.plumbing.discovery.SequenceData`
     of ``M_b`` sequences, ``y`` unused) and ``scale``: how many sequences of the data set each stands for
     (``N / M``; ``N_b / M_b`` for a stratum of a length-stratified minibatch)."""
 
@@ -249,7 +249,7 @@ class Minibatch(NamedTuple):
 
 
 def _local_rows(emission, config: SCVIConfig, dtype):
-    """The per-sequence half of step 2 for :func:`~numpyro_hdphmm.infer.sharding.map_sequences`:
+    """The per-sequence half of step 2 for :func:`~numpyro_hdphmm.infer.plumbing.sharding.map_sequences`:
     ``((x (n, T, ...), valid (n, T), lengths (n,)), (log theta_hat (K+1, K), E[t])) ->``
     :class:`~numpyro_hdphmm._core.cvi.ExpectedCounts` of the ``n`` sequences (the ``(n, T, K)``
     emission terms of eq. 10 and the forward-backward under the surrogate HMM)."""
@@ -289,7 +289,7 @@ def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig,
                 sharding: Optional[SequenceSharding] = None):
     r"""One stochastic update on a minibatch: ``(state, loss)``.
 
-    ``sharding`` (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`, default unsharded):
+    ``sharding`` (:class:`~numpyro_hdphmm.infer.plumbing.sharding.SequenceSharding`, default unsharded):
     where the per-sequence forward-backward of step 2 runs; the rest is global.
 
     ``batch``: a :class:`Minibatch` or a tuple of them (the strata of a length-stratified minibatch:
@@ -505,7 +505,7 @@ class CollapsedSVI:
         minibatch padded to the longest sequence).
     :param mesh: a :class:`jax.sharding.Mesh` to split each minibatch's sequences over (the
         forward-backward of each sequence on its device, the expected statistics summed over the
-        devices, one global update; :mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``);
+        devices, one global update; :mod:`numpyro_hdphmm.infer.plumbing.sharding`, ``docs/scaling.md``);
         ``None``: unsharded; ``"auto"`` (default): every local device when there are several
         (``sequence_mesh(jax.local_devices())``), unsharded otherwise.  ``M`` need not be a multiple
         of the number of devices (the minibatch is padded inside the sharded step and the padding
@@ -581,7 +581,7 @@ class CollapsedSVI:
     # ------------------------------------------------------------------ discovery
     @property
     def spec(self) -> Optional[ModelSpec]:
-        """The model's :class:`~numpyro_hdphmm.infer.discovery.ModelSpec` (after :meth:`init`)."""
+        """The model's :class:`~numpyro_hdphmm.infer.plumbing.discovery.ModelSpec` (after :meth:`init`)."""
         return self._spec
 
     @property

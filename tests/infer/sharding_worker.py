@@ -75,7 +75,7 @@ def main(argv=None):
     results = {"num_devices": len(jax.devices())}
     if args.check_padding:
         from numpyro_hdphmm.infer import sequence_mesh
-        from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences
+        from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences
 
         rows = (np.arange(5.0), np.arange(10).reshape(5, 2))
         row_fn = lambda r, shared: (r[0] * shared + r[1].sum(-1), r[1][:, ::-1])

@@ -15,8 +15,9 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs, weak_limit
-from numpyro_hdphmm.infer import beam
+from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
+from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer.algorithms import beam
 
 from _checks import three_regime_model, printed_gamma_update, empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, tv_bound
 
@@ -323,7 +324,7 @@ def test_overflow_warning_only_when_the_truncation_plausibly_matters():
     overflow.  Host side of the warning, driven directly: 5 such sweeps in 600 are quiet, 10 in
     600 warn, a new run (the sweep counter starting again) starts the count again, and fewer than
     5 never warn (one early event is not a rate)."""
-    import numpyro_hdphmm.infer.base as base
+    import numpyro_hdphmm.infer.plumbing.adapter as base
 
     def run(event_sweeps, key):
         with warnings.catch_warnings(record=True) as caught:

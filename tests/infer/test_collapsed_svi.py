@@ -21,7 +21,7 @@ from numpyro_hdphmm._core import cvi
 from numpyro_hdphmm._core.hmm import hmm_filter, hmm_smoother_fast
 from numpyro_hdphmm.infer import CollapsedSVI, CollapsedSVIState, RobbinsMonro
 from numpyro_hdphmm.infer.collapsed_svi import Minibatch, length_strata, scvi_update
-from numpyro_hdphmm.infer.discovery import SequenceData
+from numpyro_hdphmm.infer.plumbing.discovery import SequenceData
 
 E = nh.emissions
 

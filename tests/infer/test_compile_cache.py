@@ -121,8 +121,8 @@ def test_one_off_clustering_gives_the_default_compilations_labels(monkeypatch):
     after it gives the state of the single default-compiled program that clusters inline (above
     ``_ONE_OFF_CLUSTER_SIZE``, and for models that need their arguments' values): the same
     integers, and floats equal up to the last bits (LLVM's contractions differ)."""
-    from numpyro_hdphmm.infer import base
-    from numpyro_hdphmm.infer.base import _Arguments
+    from numpyro_hdphmm.infer.plumbing import adapter as base
+    from numpyro_hdphmm.infer.plumbing.adapter import _Arguments
 
     y = nh.datasets.fox_experiment_a(num_steps=300).observations
     kernel = WeakLimitGibbs(gaussian_model)

@@ -12,7 +12,7 @@ import pytest
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs
-from numpyro_hdphmm.infer import beam
+from numpyro_hdphmm.infer.algorithms import beam
 from numpyro_hdphmm.emissions.custom import ExplicitLikelihoods
 
 from _checks import empirical_tv, exact_infinite_posterior, final_states, tv_bound

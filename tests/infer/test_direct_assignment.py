@@ -15,7 +15,7 @@ from numpyro.infer import MCMC
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import DirectAssignmentGibbs, WeakLimitGibbs
 from numpyro_hdphmm.emissions.dp_mixture import MixtureStatistics
-from numpyro_hdphmm.infer import direct_assignment as da
+from numpyro_hdphmm.infer.algorithms import direct_assignment as da
 
 from _checks import (
     empirical_tv,

@@ -10,8 +10,8 @@ import pytest
 from numpyro.distributions import constraints
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm.infer import discovery
-from numpyro_hdphmm.infer.discovery import discover, discovery_trace, prior_trace
+from numpyro_hdphmm.infer.plumbing import discovery
+from numpyro_hdphmm.infer.plumbing.discovery import discover, discovery_trace, prior_trace
 
 K = 4
 Y_REAL = np.concatenate([np.zeros(15), np.full(15, 4.0)]).astype(np.float32) + np.linspace(-0.3, 0.3, 30).astype(np.float32)

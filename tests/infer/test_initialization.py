@@ -18,7 +18,7 @@ from scipy.optimize import linear_sum_assignment
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core.clustering import hmm_bic, kmeans, merge_mixture, window_sum
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs, init_to_data
-from numpyro_hdphmm.infer.initialization import DataInit, cluster_states, labelling_score
+from numpyro_hdphmm.infer.plumbing.initialization import DataInit, cluster_states, labelling_score
 
 T = 200
 

@@ -20,8 +20,9 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer import PGAS, HDPKernel, weak_limit
-from numpyro_hdphmm.infer import pgas
+from numpyro_hdphmm.infer import PGAS, HDPKernel
+from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer.algorithms import pgas
 
 import test_beam
 from _checks import (three_regime_model, collapsed_jacobian_counted_twice, empirical_tv, exact_infinite_posterior, final_states,

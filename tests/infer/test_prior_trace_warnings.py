@@ -9,7 +9,7 @@ import pytest
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import BeamSampler
-from numpyro_hdphmm.infer.discovery import prior_trace
+from numpyro_hdphmm.infer.plumbing.discovery import prior_trace
 
 
 def crowded_model(y):

@@ -165,7 +165,7 @@ GEWEKE_STATS = {
 @pytest.mark.parametrize("mode", ["stepwise", "beam"])
 def test_geweke(mode, hyperparameters):
     """Both hyperparameter updates: ``"collapsed"`` (the default, re-seating the franchise through
-    ``beta``, :func:`~numpyro_hdphmm.infer.rcd.reseat_with_concentrations`) and ``"auxiliary"``
+    ``beta``, :func:`~numpyro_hdphmm.infer.algorithms.rcd.reseat_with_concentrations`) and ``"auxiliary"``
     (Fox et al.'s updates given the kept tables)."""
     kernel = RCDSampler(hyper_model, mode=mode, block_size=3, hyperparameters=hyperparameters)
     scores = geweke_z_scores(kernel, hyper_model, GEWEKE_STATS, num_steps=6, num_iterations=6000, num_prior=20000)

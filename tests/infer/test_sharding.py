@@ -1,4 +1,4 @@
-"""Sequences sharded over devices (numpyro_hdphmm.infer.sharding): the sharded kernels make the
+"""Sequences sharded over devices (numpyro_hdphmm.infer.plumbing.sharding): the sharded kernels make the
 unsharded kernels' draws for the same key, on 4 simulated CPU devices (also with vectorized chains
 split over a second mesh axis) and across 2 processes (jax.distributed with gloo CPU collectives);
 CollapsedSVI's sharded updates are the unsharded ones.  Each run is a subprocess (tests/infer/sharding_worker.py),

@@ -13,10 +13,10 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
-from numpyro_hdphmm.infer import beam
-from numpyro_hdphmm.infer import direct_assignment as da
-from numpyro_hdphmm.infer import split_merge as sm
-from numpyro_hdphmm.infer.base import flatten_time
+from numpyro_hdphmm.infer.algorithms import beam
+from numpyro_hdphmm.infer.algorithms import direct_assignment as da
+from numpyro_hdphmm.infer.moves import split_merge as sm
+from numpyro_hdphmm.infer.plumbing.adapter import flatten_time
 
 from _checks import empirical_tv, exact_infinite_posterior, exact_weak_limit_posterior, tv_bound
 
@@ -173,7 +173,7 @@ def test_direct_assignment_dp_mixture_with_split_merge_enumeration():
 
 # ------------------------------------------------------------------------------ weak limit
 L_WEAK = 3
-weak_limit = importlib.import_module("numpyro_hdphmm.infer.weak_limit")  # the module, not the function
+weak_limit = importlib.import_module("numpyro_hdphmm.infer.algorithms.weak_limit")  # the module, not the function
 
 
 def weak_model(y):

@@ -18,7 +18,8 @@ from numpyro.infer import MCMC, NUTS
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.diagnostics import hamming_distance
-from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs, weak_limit
+from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
+from numpyro_hdphmm.infer.algorithms import weak_limit
 
 
 def categorical_data(seed=0, length=12):
@@ -167,7 +168,7 @@ def test_generic_alpha_with_underflowing_rows():
 def test_generic_alpha_detects_rows_density(monkeypatch):
     """Negative control: the inner kernel on the rows' Dirichlet density (rows not integrated out,
     not redrawn) drifts with the underflowed entries: detected."""
-    from numpyro_hdphmm.infer import base
+    from numpyro_hdphmm.infer.plumbing import adapter as base
 
     monkeypatch.setattr(base._CollapseRows, "process_message", lambda self, msg: None)
     monkeypatch.setattr(base.Algorithm, "resume", lambda self, key, state, spec, view: state)

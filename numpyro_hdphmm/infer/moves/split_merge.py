@@ -2,14 +2,14 @@ r"""Split-merge moves on the collapsed HDP-HMM (RCD paper Sec. 4.4, Algs. 9-10, 
 ``docs/errata.md`` "Restricted collapsed draw" item 7; after Jain & Neal 2000 and Dahl's sequentially-allocated merge-split).
 
 A move acts on the franchise's seating and emission statistics
-(:class:`~numpyro_hdphmm.infer.franchise.CollapsedState`), with everything integrated out: the
+(:class:`~numpyro_hdphmm.infer.moves.franchise.CollapsedState`), with everything integrated out: the
 restricted collapsed draw (Alg. 1) of all the steps of two states at once.
 
 1. ``R_thr ~ U(0, 1)``; two distinct steps ``t1, t2`` uniformly among all valid steps.
 2. *Fragments*: the maximal runs of consecutive steps ``t`` of one sequence with ``z_t`` in
    ``{z_t1, z_t2}`` and ``t`` not in ``{t1, t2}``, in a random order ``1..U``.
 3. Removal, in the reverse of the later addition: fragments ``U..1`` (each with the transition
-   out of it, :func:`~numpyro_hdphmm.infer.franchise.remove_run`), then ``t2``'s customers (its
+   out of it, :func:`~numpyro_hdphmm.infer.moves.franchise.remove_run`), then ``t2``'s customers (its
    transitions in and out unless a neighbouring fragment owns them, and its emission), collecting
    ``r_old``.  For a merge, fragment ``i`` is scored after its removal (the fragments ``1..i-1``
    and ``t2`` still seated, the paper's ``s_{i+1}`` corrected, notes §2.10 #8): ``q_old_i`` is the
@@ -31,7 +31,7 @@ The move is the same for the restricted collapsed draw and for the direct-assign
 collapsed state by data augmentation: with ``pi(z, m, w, beta)`` the joint posterior of the
 states, tables, override tables and weights (rows and emission parameters integrated out),
 
-1. ``(m, w) ~ pi(m, w | z, beta)`` (:func:`~numpyro_hdphmm.infer.franchise.collapse`: Antoniak
+1. ``(m, w) ~ pi(m, w | z, beta)`` (:func:`~numpyro_hdphmm.infer.moves.franchise.collapse`: Antoniak
    counts, a Gibbs step of ``pi``); forgetting ``beta``, ``(z, m, w)`` is a draw of the marginal
    ``pi(z, m, w) = int pi(z, m, w, beta) dbeta``, the franchise's seating probability (RCD paper
    eqs. 18-20; ``int prod_k beta_k^{mbar_.k} GEM(dbeta; gamma)`` is the top-level CRP);
@@ -58,9 +58,9 @@ from numpyro_hdphmm._core import crp, hcrp
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer import franchise
-from numpyro_hdphmm.infer.base import Explicit
-from numpyro_hdphmm.infer.franchise import CollapsedState, Context
+from numpyro_hdphmm.infer.moves import franchise
+from numpyro_hdphmm.infer.plumbing.adapter import Explicit
+from numpyro_hdphmm.infer.moves.franchise import CollapsedState, Context
 
 __all__ = ["SplitMergeResult", "Fragments", "fragments", "restricted_ffbs", "split_merge_move", "split_merge_sweep",
            "settle", "ExplicitSplitMerge", "split_merge_given_beta", "SPLIT_MERGE_STREAM", "check_split_merge",
@@ -363,7 +363,7 @@ def split_merge_given_beta(rng_key, states, beta, params, data, hyper, emission,
 
 
 class ExplicitMoves(NamedTuple):
-    """Result of :func:`split_merge_explicit`: the :class:`~numpyro_hdphmm.infer.base.Explicit`
+    """Result of :func:`split_merge_explicit`: the :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`
     state after the moves, ``accept`` (the fraction of the moves accepted; NaN without moves)
     and ``overflow``."""
 
@@ -383,7 +383,7 @@ def split_merge_explicit(rng_key, state: Explicit, view, num_moves: int, kernel:
     its full conditional, so the block leaves the joint posterior of ``(z, beta, pi, theta)``
     invariant (module docstring).  ``rng_key``: the sweep's key (the moves use
     ``fold_in(rng_key, SPLIT_MERGE_STREAM)``); ``view`` the
-    :class:`~numpyro_hdphmm.infer.discovery.ModelView`; ``kernel`` names the kernel in the error
+    :class:`~numpyro_hdphmm.infer.plumbing.discovery.ModelView`; ``kernel`` names the kernel in the error
     of a family without collapsed statistics; ``weak_limit`` (static) selects the weak-limit
     model.  ``num_moves == 0``: the state unchanged, ``accept`` NaN."""
     accept = jnp.full((), jnp.nan, jnp.result_type(state.beta.dtype, float))

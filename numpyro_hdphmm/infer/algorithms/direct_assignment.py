@@ -60,10 +60,10 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
-from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.emission_base import sample_emission_base
-from numpyro_hdphmm.infer.split_merge import SPLIT_MERGE_STREAM, check_split_merge, split_merge_given_beta
+from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.moves.emission_base import sample_emission_base
+from numpyro_hdphmm.infer.moves.split_merge import SPLIT_MERGE_STREAM, check_split_merge, split_merge_given_beta
 
 __all__ = ["DirectAssignmentGibbs", "DirectAssignment", "DirectAssignmentInfo", "StepLayout", "step_layout",
            "assignment_sweep"]
@@ -203,8 +203,8 @@ class DirectAssignmentInfo(NamedTuple):
 
 
 class DirectAssignment(Algorithm):
-    """Fox et al. Alg. 1 and 3 on the contract of :mod:`numpyro_hdphmm.infer.base` (module
-    docstring).  The state is :class:`~numpyro_hdphmm.infer.base.Explicit`: the states and
+    """Fox et al. Alg. 1 and 3 on the contract of :mod:`numpyro_hdphmm.infer.plumbing.adapter` (module
+    docstring).  The state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`: the states and
     ``beta`` are carried; the rows and the emission parameters are integrated out in the sweep
     and drawn from their conditionals for the record."""
 
@@ -229,7 +229,7 @@ class DirectAssignment(Algorithm):
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
         """One sweep: ``split_merge`` split-merge moves
-        (:func:`~numpyro_hdphmm.infer.split_merge.split_merge_given_beta`), the step-wise updates
+        (:func:`~numpyro_hdphmm.infer.moves.split_merge.split_merge_given_beta`), the step-wise updates
         (:func:`assignment_sweep`), the canonical relabelling, the global step and the emission
         parameters for the record."""
         capacity = spec.capacity
@@ -310,7 +310,7 @@ class DirectAssignmentGibbs(HDPKernel):
     update whole sequences.
 
     ``split_merge=n`` adds ``n`` split-merge moves per sweep (the restricted collapsed draw's
-    moves, RCD paper Algs. 9-10, :mod:`numpyro_hdphmm.infer.split_merge`): the table counts are
+    moves, RCD paper Algs. 9-10, :mod:`numpyro_hdphmm.infer.moves.split_merge`): the table counts are
     drawn given ``beta``, the moves act on the collapsed seating and ``beta`` is drawn given the
     tables after them, which leaves the posterior invariant.  They move many steps at once
     (split a state in two, merge two states), which the step-wise updates cannot; their
@@ -322,7 +322,7 @@ class DirectAssignmentGibbs(HDPKernel):
     :param verbose: print the update plan at initialization.
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
     :param split_merge: split-merge moves per sweep (0: none).
     """
 

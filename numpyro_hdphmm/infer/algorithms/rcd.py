@@ -6,7 +6,7 @@ Everything is integrated out: the transition rows, the top-level weights ``beta`
 conjugate families, the emission parameters.  The state is the state sequences, the seating of
 the franchise as table counts (transition customers per restaurant and dish, tables, override
 tables of the sticky model's loyal customers; :mod:`numpyro_hdphmm._core.hcrp`) and the
-per-state emission statistics (:mod:`numpyro_hdphmm.infer.franchise`).  A move resamples ``L``
+per-state emission statistics (:mod:`numpyro_hdphmm.infer.moves.franchise`).  A move resamples ``L``
 draws at once under the restriction that they agree with the rest of the sequence, with the
 Metropolis-Hastings correction of the paper's Algorithm 1:
 
@@ -47,7 +47,7 @@ prior predictive):
   block), accepted with the ratio of eq. 34's ``q``.
 
 ``split_merge=n`` adds ``n`` split-merge moves per sweep (Algs. 9-10,
-:mod:`numpyro_hdphmm.infer.split_merge`).  Then the concentrations with an exact update are drawn:
+:mod:`numpyro_hdphmm.infer.moves.split_merge`).  Then the concentrations with an exact update are drawn:
 ``hyperparameters="collapsed"`` (default) through ``beta`` drawn given the tables, ``(alpha,
 kappa)`` with the rows and tables integrated out, the franchise re-seated at the new values and
 ``gamma`` with ``beta`` integrated out (:func:`reseat_with_concentrations`);
@@ -84,12 +84,12 @@ from numpyro_hdphmm._core import crp, hcrp, ordering
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer import franchise
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, hyper_site_values
-from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.emission_base import emission_with_base, sample_emission_base
-from numpyro_hdphmm.infer.franchise import CollapsedState, Context
-from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_sweep
+from numpyro_hdphmm.infer.moves import franchise
+from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, hyper_site_values
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.moves.emission_base import emission_with_base, sample_emission_base
+from numpyro_hdphmm.infer.moves.franchise import CollapsedState, Context
+from numpyro_hdphmm.infer.moves.split_merge import check_split_merge, split_merge_sweep
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["RCDSampler", "RCD", "RCDState", "RCDInfo", "MODES", "SweepResult", "single_step_sweep", "block_sweep",
@@ -100,7 +100,7 @@ _SEATING_KWARG = "_rcd_seating"
 
 
 class RCDState(NamedTuple):
-    """``collapsed`` (:class:`~numpyro_hdphmm.infer.franchise.CollapsedState`), ``params`` the
+    """``collapsed`` (:class:`~numpyro_hdphmm.infer.moves.franchise.CollapsedState`), ``params`` the
     emission parameters of the last record draw (the current ones for custom emissions, which
     stay with the inner kernel), ``concentrations`` the current ``(gamma, alpha, kappa)``,
     ``dp_concentration`` a DP-mixture emission's concentration (``None`` without one) and
@@ -521,7 +521,7 @@ class _CollapseSeating(Messenger):
 
 # ------------------------------------------------------------------------ the algorithm
 class RCD(Algorithm):
-    """The restricted collapsed draw on the contract of :mod:`numpyro_hdphmm.infer.base`
+    """The restricted collapsed draw on the contract of :mod:`numpyro_hdphmm.infer.plumbing.adapter`
     (module docstring).  The state is :class:`RCDState`; :meth:`explicit` draws ``beta``, the
     rows and the emission parameters given the seating for the record."""
 
@@ -705,7 +705,7 @@ class RCDSampler(HDPKernel):
     :param verbose: print the update plan at initialization.
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
 
     Collected fields: ``z`` (all latent sites; states relabelled by first appearance except for
     custom emissions), ``num_states``, ``lp``, ``accept_prob``/``diverging`` of the inner kernel,

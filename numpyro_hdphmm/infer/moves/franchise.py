@@ -1,6 +1,6 @@
 r"""The fully collapsed HDP-HMM as a Chinese restaurant franchise: the state the restricted
-collapsed draw (:mod:`numpyro_hdphmm.infer.rcd`) and split-merge moves
-(:mod:`numpyro_hdphmm.infer.split_merge`) act on, and the customers they move.
+collapsed draw (:mod:`numpyro_hdphmm.infer.algorithms.rcd`) and split-merge moves
+(:mod:`numpyro_hdphmm.infer.moves.split_merge`) act on, and the customers they move.
 
 The state (:class:`CollapsedState`) is the state sequences (time flattened over the sequences,
 ``S = N T`` steps), the seating of the transition franchise as table counts
@@ -44,7 +44,7 @@ from numpyro_hdphmm._core.crp import Concentrations
 from numpyro_hdphmm._core.hcrp import step_layout
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer.base import flatten_time
+from numpyro_hdphmm.infer.plumbing.adapter import flatten_time
 
 __all__ = [
     "CollapsedState",
@@ -80,7 +80,7 @@ class CollapsedState(NamedTuple):
 class StepData(NamedTuple):
     """Per-step inputs, time flattened: prepared observations ``x`` (leading axis ``S``),
     ``observed (S,)`` (an emission customer: observed and inside its sequence), ``in_range``,
-    ``is_first``, ``has_next`` (``(S,)``, :func:`~numpyro_hdphmm.infer.direct_assignment.step_layout`)
+    ``is_first``, ``has_next`` (``(S,)``, :func:`~numpyro_hdphmm.infer.algorithms.direct_assignment.step_layout`)
     and ``pre`` (the strategy's per-step precomputation: the prior predictive, or the
     likelihoods under explicit parameters)."""
 
@@ -147,7 +147,7 @@ def collapse(rng_key, states, beta, params, ctx: Context, statistics, lengths) -
     ``p(z, m, w | y)`` the moves of this module leave invariant; ``beta | m, w ~ Dir(mbar_.1, ...,
     mbar_.K, gamma)`` (:func:`~numpyro_hdphmm._core.crp.sample_beta`) afterwards gives back a
     draw of ``p(z, beta | y)`` (the direct-assignment sampler's split-merge moves,
-    :func:`~numpyro_hdphmm.infer.split_merge.split_merge_given_beta`).  Any seating of positive
+    :func:`~numpyro_hdphmm.infer.moves.split_merge.split_merge_given_beta`).  Any seating of positive
     probability is also a valid start for the restricted collapsed draw."""
     capacity = beta.shape[0] - 1
     dtype = ctx.log_ratios.dtype

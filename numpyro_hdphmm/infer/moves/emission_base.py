@@ -3,7 +3,7 @@ r"""The shared emission base of a categorical emission (the RCD paper's HCRP emi
 
 Discovery recognizes the base ``phi`` (a Dirichlet site whose value times a scalar ``s`` is the
 ``Categorical`` concentration) and, optionally, ``s`` (a Gamma site)
-(:attr:`~numpyro_hdphmm.infer.discovery.HyperSites.emission_base`, ``emission_scale``).  Once per
+(:attr:`~numpyro_hdphmm.infer.plumbing.discovery.HyperSites.emission_base`, ``emission_scale``).  Once per
 sweep, given the states' emission counts and with the emission probabilities integrated out,
 :func:`sample_emission_base` draws both exactly (:func:`numpyro_hdphmm._core.crp.sample_shared_base`).
 Kernels that integrate the emissions out (direct assignment, RCD) call it after their sweep;
@@ -17,13 +17,13 @@ import jax.numpy as jnp
 from jax import random
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 
 __all__ = ["emission_with_base", "sample_emission_base", "update_emission_parameters"]
 
 
 def emission_with_base(spec: ModelSpec, emission, values):
-    """The categorical ``emission`` with its shared base ``phi`` (:attr:`~numpyro_hdphmm.infer.discovery.HyperSites.emission_base`)
+    """The categorical ``emission`` with its shared base ``phi`` (:attr:`~numpyro_hdphmm.infer.plumbing.discovery.HyperSites.emission_base`)
     and scale ``s`` replaced by ``values[site]``: concentration ``s phi``, where ``s`` is the
     scale site's value or, without one, the recognized constant ``sum of the current
     concentration`` (``emission`` itself without a shared base)."""

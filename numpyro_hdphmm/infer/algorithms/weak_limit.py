@@ -8,7 +8,7 @@ over ``L = max_states`` states (Fox et al. eqs. 38-41; Ishwaran & Zarepour 2002)
 1. ``z | pi, theta, y``: forward filtering, backward sampling over the ``L`` states
    (:func:`numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`; eqs. 43-48 in log space), all
    sequences at once, each with its own key (split over the devices of a mesh with ``mesh=``:
-   :mod:`numpyro_hdphmm.infer.sharding`);
+   :mod:`numpyro_hdphmm.infer.plumbing.sharding`);
 2. ``theta_k | z, y``: the conjugate posterior of each state (eq. 42), through the family's
    ``update_parameters`` (for :class:`~numpyro_hdphmm.emissions.DPMixture` emissions: component
    indicators ``s | z``, the concentration ``sigma`` when a site carries it, ``psi`` and the
@@ -29,12 +29,12 @@ invariant.
 **Split-merge moves** (``split_merge=n``, step 0, before step 1): FFBS moves one state sequence
 given the others' parameters, so two labels that describe the same regime (a duplicate state)
 merge only through many unlikely intermediate sweeps.  The moves of
-:mod:`numpyro_hdphmm.infer.split_merge` (restricted collapsed draw, RCD paper Algs. 9-10 after
+:mod:`numpyro_hdphmm.infer.moves.split_merge` (restricted collapsed draw, RCD paper Algs. 9-10 after
 Jain & Neal 2000) split or merge whole states in one Metropolis-Hastings step, on the collapsed
 seating of the weak-limit model:
 
 a. tables ``(m, w) | z, beta`` with the rows integrated out (the Antoniak counts of step 3;
-   :func:`~numpyro_hdphmm.infer.franchise.collapse`): ``(z, m, w, beta)`` is then a posterior draw
+   :func:`~numpyro_hdphmm.infer.moves.franchise.collapse`): ``(z, m, w, beta)`` is then a posterior draw
    and, forgetting ``beta`` (and the rows and ``theta``), ``(z, m, w)`` is a draw of the
    collapsed posterior ``p(z, m, w | y) ∝ p(y | z) p(z, m, w)`` with ``beta``, the rows and the
    emission parameters integrated out;
@@ -48,14 +48,14 @@ b. ``n`` moves that leave it invariant.  With ``beta ~ Dir(gamma/L, ..., gamma/L
    labels are part of the state: a split draws its new label uniformly among the ``F`` free ones,
    the reverse merge is deterministic, so the acceptance ratio gains ``+log F`` for a split and
    ``-log F`` for a merge (``F`` counted after the moved steps are removed;
-   :func:`~numpyro_hdphmm.infer.split_merge.log_label_choice`).  Summed over the ``F`` choices,
+   :func:`~numpyro_hdphmm.infer.moves.split_merge.log_label_choice`).  Summed over the ``F`` choices,
    ``F (gamma/L) / (mbar.. + gamma)`` is the new-dish mass of the unused labels, the infinite
    model's ``gamma / (mbar.. + gamma)`` as ``L -> inf``;
 c. ``beta | m, w ~ Dir(gamma/L + mbar_.k)`` (eq. 41), ``theta | z, y`` from the conjugate
    posterior (unused labels: the prior), then the rows ``pi_j | z, beta ~ Dir(alpha beta + kappa
    e_j + n_j.)``: every draw from its full conditional, so the block a-c leaves the joint
    posterior of ``(z, beta, pi, theta)`` invariant
-   (:func:`~numpyro_hdphmm.infer.split_merge.split_merge_explicit`, shared with
+   (:func:`~numpyro_hdphmm.infer.moves.split_merge.split_merge_explicit`, shared with
    :class:`~numpyro_hdphmm.infer.BeamSampler`).
 
 The emission parameters are integrated out in the moves, which needs the family's collapsed
@@ -63,7 +63,7 @@ statistics (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.collapsed_stati
 conjugate family and DP mixtures of them; custom emissions keep their parameters explicit (the
 moves are then given the parameters); a family without either raises ``NotImplementedError``.
 
-The algorithm's state is :class:`~numpyro_hdphmm.infer.base.Explicit` (every site explicit).
+The algorithm's state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit` (every site explicit).
 """
 
 from __future__ import annotations
@@ -80,11 +80,11 @@ from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm._core.slots import used_slots
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
-from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.emission_base import update_emission_parameters
-from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
-from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
+from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
+from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
+from numpyro_hdphmm.infer.moves.split_merge import check_split_merge, split_merge_explicit
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["WeakLimitGibbs", "WeakLimit", "WeakLimitInfo", "weak_limit"]
@@ -127,7 +127,7 @@ class WeakLimitInfo(NamedTuple):
 
 
 def _ffbs_rows(emission):
-    """The per-sequence half of step 1 for :func:`~numpyro_hdphmm.infer.sharding.map_sequences`:
+    """The per-sequence half of step 1 for :func:`~numpyro_hdphmm.infer.plumbing.sharding.map_sequences`:
     ``((keys (n,), x (n, T, ...), valid (n, T), lengths (n,)), ((log_init (L,), log_a (L, L)),
     params)) -> (states (n, T), ok (n,))``, the ``(T, L)`` log-likelihoods and FFBS of each
     sequence with its own key (the keys :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`
@@ -145,10 +145,10 @@ def _ffbs_rows(emission):
 
 
 class WeakLimit(Algorithm):
-    """Fox et al. Alg. 2 on the contract of :mod:`numpyro_hdphmm.infer.base` (module docstring).
+    """Fox et al. Alg. 2 on the contract of :mod:`numpyro_hdphmm.infer.plumbing.adapter` (module docstring).
 
     ``split_merge``: split-merge moves per sweep (step 0; 0: none).  ``sharding``
-    (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`): where step 1 runs (default
+    (:class:`~numpyro_hdphmm.infer.plumbing.sharding.SequenceSharding`): where step 1 runs (default
     unsharded)."""
 
     def __init__(self, split_merge: int = 0, sharding: Optional[SequenceSharding] = None):
@@ -209,7 +209,7 @@ class WeakLimitGibbs(HDPKernel):
     and several sequences (``obs`` of shape ``(N, T, ...)`` with ``lengths``) are supported.
     Hyperparameter sites with the priors of :mod:`numpyro_hdphmm._core.crp` get exact updates;
     every other latent site is updated by ``inner_kernel`` (NUTS by default); the update plan
-    says which (:meth:`~numpyro_hdphmm.infer.base.HDPKernel.update_plan`).
+    says which (:meth:`~numpyro_hdphmm.infer.plumbing.adapter.HDPKernel.update_plan`).
 
     Collected fields: ``z`` (all latent sites), ``num_states``, ``lp`` (log joint of the
     weak-limit model), ``accept_prob`` and ``diverging`` of the inner kernel, and the sweep's
@@ -224,7 +224,7 @@ class WeakLimitGibbs(HDPKernel):
     :param mesh: a :class:`jax.sharding.Mesh` to split the sequences over (``None``, the default:
         unsharded).  Each device computes the log-likelihoods and the FFBS of its block of
         sequences; the statistics are reduced over the mesh and the global update is made once
-        (:mod:`numpyro_hdphmm.infer.sharding`, ``docs/scaling.md``).  Keys are per sequence, so the
+        (:mod:`numpyro_hdphmm.infer.plumbing.sharding`, ``docs/scaling.md``).  Keys are per sequence, so the
         draws are those of the unsharded kernel for the same key.
     :param sequence_axes: the mesh axes the sequences are split over (default: all of them but
         ``chain_axis``).
@@ -233,10 +233,10 @@ class WeakLimitGibbs(HDPKernel):
         (``docs/scaling.md``).  Default: none (each device runs its sequences of every chain).
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
     :param split_merge: split-merge moves per sweep (0, the default: none).  ``n > 0`` adds ``n``
         moves at the start of every sweep (module docstring, step 0): the collapsed moves of
-        :mod:`numpyro_hdphmm.infer.split_merge` (shared with ``RCDSampler``,
+        :mod:`numpyro_hdphmm.infer.moves.split_merge` (shared with ``RCDSampler``,
         ``DirectAssignmentGibbs`` and ``BeamSampler``) on the weak-limit model's collapsed
         seating, exact for the weak-limit posterior, so that two labels holding one regime can
         merge (and one label holding two regimes split) in one step; their acceptance rate is the

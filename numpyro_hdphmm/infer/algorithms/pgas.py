@@ -3,7 +3,7 @@ Ghahramani (2015), "A linear-time particle Gibbs sampler for infinite hidden Mar
 (``docs/errata.md``, "Particle Gibbs", lists the paper's typos, fixed here).
 
 The sampler works on the model AS WRITTEN, ``beta ~ GEM(gamma)``, with the representation of
-the beam sampler (:mod:`numpyro_hdphmm.infer.beam`): ``K = max_states`` slots, the instantiated
+the beam sampler (:mod:`numpyro_hdphmm.infer.algorithms.beam`): ``K = max_states`` slots, the instantiated
 states among them, and the remaining mass of ``beta`` and of every row, ``beta = (beta_1..beta_K,
 beta_rem)``, ``pi_j = (pi_j1..pi_jK, pi_j,rem)`` (start row last).  One sweep:
 
@@ -51,7 +51,7 @@ beta_rem)``, ``pi_j = (pi_j1..pi_jK, pi_j,rem)`` (start row last).  One sweep:
    Sequences are updated in turn, each given the others (a Gibbs scan): a state created by one
    sequence keeps its slot's parameters and is instantiated for the next ones.
 2. compaction: unused states are dropped, used ones relabelled by first appearance (custom
-   emissions keep their slots), :func:`~numpyro_hdphmm.infer.beam.drop_unused`;
+   emissions keep their slots), :func:`~numpyro_hdphmm.infer.algorithms.beam.drop_unused`;
 3. emission parameters from their conditionals given the states;
 4. tables, hyperparameters, ``beta`` and the rows: the shared global step
    :func:`numpyro_hdphmm._core.crp.sample_global` (Fox et al. Alg. 1 step 3, eqs. 31-37), with the
@@ -63,7 +63,7 @@ beta_rem)``, ``pi_j = (pi_j1..pi_jK, pi_j,rem)`` (start row last).  One sweep:
 Diagnostics (:class:`PGASInfo`): the particles' effective sample size per step (mean and minimum
 over the sweep's steps, relative to ``N``), whether the returned path is the reference path,
 the fraction of steps whose state changed, the states created and instantiated, ``overflow``.
-The algorithm's state is :class:`~numpyro_hdphmm.infer.base.Explicit`.
+The algorithm's state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`.
 """
 
 from __future__ import annotations
@@ -88,10 +88,10 @@ from numpyro_hdphmm._core.smc import (
     trace_lineage,
 )
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
-from numpyro_hdphmm.infer.beam import Beam, drop_unused
-from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.emission_base import update_emission_parameters
+from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.algorithms.beam import Beam, drop_unused
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 
 __all__ = ["PGAS", "ParticleGibbs", "PGASInfo", "StateGraph", "SMCResult", "conditional_smc", "PROPOSALS"]
 
@@ -346,7 +346,7 @@ def conditional_smc(rng_key, reference, graph: StateGraph, explicit, params, emi
 
 class ParticleGibbs(Algorithm):
     """Particle Gibbs with ancestor sampling (Tripuraneni et al. 2015) on the contract of
-    :mod:`numpyro_hdphmm.infer.base` (module docstring): ``num_particles`` particles, proposal
+    :mod:`numpyro_hdphmm.infer.plumbing.adapter` (module docstring): ``num_particles`` particles, proposal
     ``"prior"`` (default, as :class:`PGAS`) or ``"posterior"``."""
 
     name = "PGAS"
@@ -370,7 +370,7 @@ class ParticleGibbs(Algorithm):
             )
 
     def init(self, rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> Explicit:
-        """The beam sampler's starting point (:meth:`numpyro_hdphmm.infer.beam.Beam.init`): the
+        """The beam sampler's starting point (:meth:`numpyro_hdphmm.infer.algorithms.beam.Beam.init`): the
         compacted initial states, ``beta`` and rows at conditional means, emission parameters
         drawn from their conditionals."""
         return Beam().init(rng_key, spec, view, start)
@@ -493,7 +493,7 @@ class PGAS(HDPKernel):
         the states they create; ``docs/scaling.md``); a mesh raises ``NotImplementedError``.
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
 
     Collected diagnostics: :class:`PGASInfo` (e.g. ``extra_fields=("ess_mean", "reference_kept")``).
     """

@@ -1,6 +1,6 @@
 r"""Where the chains of every HDP-HMM kernel start: the ``init_strategy`` argument.
 
-Every kernel (:class:`~numpyro_hdphmm.infer.base.HDPKernel`) takes ``init_strategy``:
+Every kernel (:class:`~numpyro_hdphmm.infer.plumbing.adapter.HDPKernel`) takes ``init_strategy``:
 
 ``"data"`` (the default, :func:`init_to_data` with its defaults)
     a start that finds the data.  The states come from clustering short windows of the
@@ -53,7 +53,7 @@ from numpyro import handlers
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.clustering import hmm_bic, kmeans, merge_mixture, window_sum
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.emission_base import update_emission_parameters
+from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 
 __all__ = ["DATA", "PRIOR", "DataInit", "init_to_data", "resolve_init_strategy", "cluster_states", "labelling_score",
            "states_given", "strategy_values", "given_values"]
@@ -266,10 +266,10 @@ def labelling_score(view, labels, num_labels: int, features, feature_weights):
 
 def states_given(rng_key, spec, view, start, *, given_params: bool = False, given_beta: bool = False,
                  given_trans: bool = False, given_base: bool = False):
-    """``start`` (an :class:`~numpyro_hdphmm.infer.base.Explicit`) with what was not given drawn
+    """``start`` (an :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`) with what was not given drawn
     given its states: the emission parameters from their conditional (``update_parameters``; the
     user's sites of a custom emission are kept; a shared emission base first, unless
-    ``given_base``, its scale held fixed: :func:`~numpyro_hdphmm.infer.emission_base.update_emission_parameters`),
+    ``given_base``, its scale held fixed: :func:`~numpyro_hdphmm.infer.moves.emission_base.update_emission_parameters`),
     the tables, ``beta`` and the rows from theirs (:func:`~numpyro_hdphmm._core.crp.sample_global`,
     the concentrations held fixed)."""
     k_theta, k_global = random.split(rng_key)

@@ -22,11 +22,11 @@ whose pure, jittable functions are
 ``State`` and ``Info`` are NamedTuples; ``Info`` holds per-sweep diagnostics only (``overflow``,
 acceptance rates of MH-corrected moves, particle ESS, ...): its fields reach
 ``MCMC.get_extra_fields`` and ArviZ's ``sample_stats`` under their own names.  ``spec`` is the
-immutable :class:`~numpyro_hdphmm.infer.discovery.ModelSpec` found once before compilation,
-``view`` the :class:`~numpyro_hdphmm.infer.discovery.ModelView` of the model at the current values.
+immutable :class:`~numpyro_hdphmm.infer.plumbing.discovery.ModelSpec` found once before compilation,
+``view`` the :class:`~numpyro_hdphmm.infer.plumbing.discovery.ModelView` of the model at the current values.
 
 **The adapter** (:class:`HDPKernel`) implements NumPyro's ``MCMCKernel`` around an algorithm: it
-runs :func:`~numpyro_hdphmm.infer.discovery.discover` once, keeps the sample field ``z`` (every
+runs :func:`~numpyro_hdphmm.infer.plumbing.discovery.discover` once, keeps the sample field ``z`` (every
 latent site of the model, so ArviZ and ``Predictive`` work), runs ``step``, records ``explicit``,
 updates the remaining latent sites with an inner kernel (NUTS by default) on the model with the
 rows integrated out, implements the block protocol of :class:`numpyro.infer.Gibbs` (``model``,
@@ -65,7 +65,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.compile import one_off_applies, one_off_jit
 from numpyro_hdphmm._core.slots import count_used, occupied
 from numpyro_hdphmm._core.validation import host_warning, is_concrete
-from numpyro_hdphmm.infer.discovery import (
+from numpyro_hdphmm.infer.plumbing.discovery import (
     ModelSpec,
     ModelView,
     UpdatePlan,
@@ -76,8 +76,8 @@ from numpyro_hdphmm.infer.discovery import (
     unwrap,
 )
 from numpyro_hdphmm.distributions import WeakLimitBeta
-from numpyro_hdphmm.infer import initialization
-from numpyro_hdphmm.infer.sharding import SequenceSharding
+from numpyro_hdphmm.infer.plumbing import initialization
+from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding
 from numpyro_hdphmm.primitives import HDP_ROLE
 
 __all__ = ["Explicit", "Algorithm", "HDPState", "HDPKernel", "flatten_time", "collapse_rows", "LARGE_CAPACITY"]
@@ -243,7 +243,7 @@ class Algorithm:
     owns_dp_concentration: ClassVar[bool] = True
     Info: ClassVar[type] = NamedTuple
     describe: ClassVar[Dict[str, str]] = {}
-    #: where the sweep's sequences and vectorized chains run (:mod:`numpyro_hdphmm.infer.sharding`);
+    #: where the sweep's sequences and vectorized chains run (:mod:`numpyro_hdphmm.infer.plumbing.sharding`);
     #: the kernels vmap over chains with ``spmd_axis_name=sharding.spmd_axis_name``
     sharding: SequenceSharding = SequenceSharding()
 
@@ -504,12 +504,12 @@ class HDPKernel(MCMCKernel):
         ``alpha`` and ``kappa`` where the auxiliary ones give 4-290, at a similar cost per sweep
         (``docs/benchmarks.md``, "Hyperparameter mixing").  :class:`~numpyro_hdphmm.infer.RCDSampler`,
         which keeps no ``beta``, draws ``beta`` given its tables first and re-seats the franchise
-        afterwards (:func:`numpyro_hdphmm.infer.rcd.reseat_with_concentrations`).
+        afterwards (:func:`numpyro_hdphmm.infer.algorithms.rcd.reseat_with_concentrations`).
     :param verbose: print the update plan (:meth:`update_plan`) at initialization.
-    :param init_strategy: where the chains start (:mod:`numpyro_hdphmm.infer.initialization`):
+    :param init_strategy: where the chains start (:mod:`numpyro_hdphmm.infer.plumbing.initialization`):
         ``"data"`` (default: the states from clustering windows of the observations, refined with
         the family's likelihood, the emission parameters, ``beta`` and the rows drawn given them;
-        :func:`~numpyro_hdphmm.infer.initialization.init_to_data` for its options), ``"prior"``
+        :func:`~numpyro_hdphmm.infer.plumbing.initialization.init_to_data` for its options), ``"prior"``
         (every site a draw from the prior), or a NumPyro init strategy
         (``numpyro.infer.init_to_value(values={...})``, ``init_to_median``, ...) for the sites
         that are not the HDP-HMM's own, the HDP-HMM's sites that ``init_to_value`` names taken
@@ -567,7 +567,7 @@ class HDPKernel(MCMCKernel):
 
     @property
     def spec(self) -> Optional[ModelSpec]:
-        """The :class:`~numpyro_hdphmm.infer.discovery.ModelSpec` found at the last ``init``."""
+        """The :class:`~numpyro_hdphmm.infer.plumbing.discovery.ModelSpec` found at the last ``init``."""
         return self._spec
 
     def update_plan(self, *model_args, **model_kwargs) -> UpdatePlan:
@@ -742,7 +742,7 @@ class HDPKernel(MCMCKernel):
 
     def _vmap_chains(self, fn, in_axes=0):
         """``jax.vmap`` over vectorized chains; with a chain axis on the kernel's mesh the chains are
-        split over it (``spmd_axis_name``, :mod:`numpyro_hdphmm.infer.sharding`)."""
+        split over it (``spmd_axis_name``, :mod:`numpyro_hdphmm.infer.plumbing.sharding`)."""
         return jax.vmap(fn, in_axes=in_axes, spmd_axis_name=self.algorithm.sharding.spmd_axis_name)
 
     def _program(self, which: str, args: _Arguments, one_off: bool = False):
@@ -895,7 +895,7 @@ class HDPKernel(MCMCKernel):
     def _start(self, rng_key, init_params, model_args, model_kwargs, states=None):
         """``(z, view, start)``: every latent site's starting value, the model's view there and the
         :class:`Explicit` starting values of the HDP-HMM's sites, by the kernel's ``init_strategy``
-        (:mod:`numpyro_hdphmm.infer.initialization`; ``init_params`` override it).  ``states``:
+        (:mod:`numpyro_hdphmm.infer.plumbing.initialization`; ``init_params`` override it).  ``states``:
         the clustered starting states when computed beforehand (:meth:`_cluster_one`)."""
         sites = self._spec.sites
         z, view, start, clustered, given, k_given = self._prior_start(rng_key, init_params, model_args, model_kwargs,

@@ -53,7 +53,7 @@ rescaled pass and, only when it underflows, redoes it in log space, so it is exa
 of the log-likelihoods (with 0/1 transitions the rescaled pass of
 :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast` underflows whenever the best reachable
 state is ~44 nats (float32) worse than the best instantiated one, common away from the mode).
-The algorithm's state is :class:`~numpyro_hdphmm.infer.base.Explicit`.
+The algorithm's state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.slices import draw_slices, extend_sticks, slice_ffbs
 from numpyro_hdphmm._core.slots import compact_states, used_slots
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.base import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
-from numpyro_hdphmm.infer.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.emission_base import update_emission_parameters
-from numpyro_hdphmm.infer.sharding import SequenceSharding, map_sequences, sequence_keys
-from numpyro_hdphmm.infer.split_merge import check_split_merge, split_merge_explicit
+from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
+from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
+from numpyro_hdphmm.infer.moves.split_merge import check_split_merge, split_merge_explicit
 
 __all__ = ["BeamSampler", "Beam", "BeamInfo", "drop_unused"]
 
@@ -139,7 +139,7 @@ def _initial_values(rng_key, states, params, view: ModelView, capacity: int):
 
 
 def _slice_ffbs_rows(emission):
-    """The per-sequence half of step 3 for :func:`~numpyro_hdphmm.infer.sharding.map_sequences`:
+    """The per-sequence half of step 3 for :func:`~numpyro_hdphmm.infer.plumbing.sharding.map_sequences`:
     ``((keys (n,), x (n, T, ...), log_u (n, T), valid (n, T), lengths (n,)), (log_pi (K+1, K+1),
     inst (K,), params)) -> (states (n, T), ok (n,))``, each sequence's ``(T, K)`` log-likelihoods
     and :func:`~numpyro_hdphmm._core.slices.slice_ffbs` with its own key, so the draws do not
@@ -161,9 +161,9 @@ def _slice_ffbs_rows(emission):
 
 class Beam(Algorithm):
     """Van Gael et al.'s beam sampler with Fox et al.'s sticky prior on the contract of
-    :mod:`numpyro_hdphmm.infer.base` (module docstring).
+    :mod:`numpyro_hdphmm.infer.plumbing.adapter` (module docstring).
 
-    ``sharding`` (:class:`~numpyro_hdphmm.infer.sharding.SequenceSharding`): where step 3 runs
+    ``sharding`` (:class:`~numpyro_hdphmm.infer.plumbing.sharding.SequenceSharding`): where step 3 runs
     (default unsharded)."""
 
     def __init__(self, split_merge: int = 0, sharding: Optional[SequenceSharding] = None):
@@ -270,7 +270,7 @@ class BeamSampler(HDPKernel):
     emission parameters drawn from their conditionals.  Collected diagnostics: :class:`BeamInfo`.
 
     ``split_merge=n`` adds ``n`` split-merge moves at the start of every sweep (the collapsed
-    moves of :mod:`numpyro_hdphmm.infer.split_merge`, shared with ``RCDSampler`` and
+    moves of :mod:`numpyro_hdphmm.infer.moves.split_merge`, shared with ``RCDSampler`` and
     ``DirectAssignmentGibbs``: tables drawn given ``beta``, the moves with the rows and the
     emission parameters integrated out, ``beta`` given the tables, then the emission parameters
     and the rows given the moved states), so that duplicate states can merge in one move; their
@@ -283,7 +283,7 @@ class BeamSampler(HDPKernel):
     :param verbose: print the update plan at initialization.
     :param mesh: a :class:`jax.sharding.Mesh` to split the sequences over (``None``, the default:
         unsharded): each device computes the log-likelihoods and the slice FFBS of its block of
-        sequences, the rest of the sweep is global (:mod:`numpyro_hdphmm.infer.sharding`,
+        sequences, the rest of the sweep is global (:mod:`numpyro_hdphmm.infer.plumbing.sharding`,
         ``docs/scaling.md``); the draws are those of the unsharded kernel for the same key.
     :param sequence_axes: the mesh axes the sequences are split over (default: all of them but
         ``chain_axis``).
@@ -292,7 +292,7 @@ class BeamSampler(HDPKernel):
         (``docs/scaling.md``).  Default: none (each device runs its sequences of every chain).
     :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
         observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.initialization`).
+        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
     :param split_merge: split-merge moves per sweep (0: none).
     """
 
@@ -317,7 +317,7 @@ class BeamSampler(HDPKernel):
         sticks still) would most likely have stayed empty as well, and the draw is the exact
         sweep's.  When it uses it (``BeamInfo.fresh_used``), or every slot is in use, the
         truncation plausibly changed the draw; the kernel warns once such sweeps reach
-        :data:`~numpyro_hdphmm.infer.base.OVERFLOW_RATE` (1%) of the sweeps after warmup, the bias
+        :data:`~numpyro_hdphmm.infer.plumbing.adapter.OVERFLOW_RATE` (1%) of the sweeps after warmup, the bias
         then being of that order.  Every overflow stays recorded in the ``overflow`` field
         (docs/warnings.md).
         """

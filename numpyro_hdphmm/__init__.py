@@ -11,17 +11,16 @@ point estimate of the segmentation (:func:`point_segmentation`), forecasts (:fun
 ArviZ conversion (:func:`to_inference_data`).
 """
 
-from numpyro_hdphmm import datasets, diagnostics, emissions, infer, labels, posterior
+from numpyro_hdphmm import datasets, diagnostics, emissions, infer, labels, models, posterior
 from numpyro_hdphmm.distributions import (
     GEM,
-    HDPHMM,
     EmissionLikelihood,
     HDPTransitions,
     HiddenMarkovModel,
     MarkovChain,
-    StickyHDPHMM,
     WeakLimitBeta,
 )
+from numpyro_hdphmm.models import HDPHMM, StickyHDPHMM
 from numpyro_hdphmm.arviz import to_inference_data
 from numpyro_hdphmm.labels import point_segmentation, relabel_samples
 from numpyro_hdphmm.posterior import marginal_log_likelihood, posterior_state_marginals, smooth, viterbi
@@ -45,6 +44,7 @@ __all__ = [
     "forecast",
     "infer",
     "labels",
+    "models",
     "marginal_log_likelihood",
     "point_segmentation",
     "posterior",

@@ -48,19 +48,17 @@ __all__ = [
     "HDPTransitions",
     "MarkovChain",
     "HiddenMarkovModel",
-    "StickyHDPHMM",
-    "HDPHMM",
     "EmissionLikelihood",
 ]
 
 
-def _safe_log(x):
+def safe_log(x):
     """``log x`` with zeros (underflowed probabilities) mapped to ``log(tiny)``, not ``-inf``."""
     x = jnp.asarray(x)
     return jnp.log(jnp.maximum(x, jnp.finfo(x.dtype).tiny))
 
 
-def _check_capacity(name: str, value, minimum: int) -> int:
+def check_capacity(name: str, value, minimum: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"`{name}` must be a Python integer >= {minimum}, got {value!r}.")
     if value < minimum:
@@ -76,7 +74,7 @@ def _check_probability_vectors(name: str, value) -> None:
             raise ValueError(f"`{name}` must hold probability vectors (non-negative, summing to one along the last axis).")
 
 
-def _warn_escape(count, where: str):
+def warn_escape(count, where: str):
     """Host-side warning (through :func:`~numpyro_hdphmm._core.validation.host_warning`) when draws overflow the capacity."""
     n = int(np.sum(np.asarray(count)))
     if n > 0:
@@ -101,7 +99,7 @@ class _GlobalWeights(Distribution):
     pytree_aux_fields = ("truncation",)
 
     def __init__(self, concentration, truncation: int, *, validate_args=None):
-        self.truncation = _check_capacity("truncation", truncation, 1)
+        self.truncation = check_capacity("truncation", truncation, 1)
         concentration = as_parameter("concentration", concentration)
         check_positive("concentration", concentration)
         self.concentration = jnp.asarray(concentration, dtype=jnp.result_type(concentration, float))
@@ -139,6 +137,9 @@ class GEM(_GlobalWeights):
     that the kernels update by NUTS (any prior but a Gamma) therefore sees the right density.
     """
 
+    #: the prior of the global weights, as discovery reports it (``ModelSpec.beta_prior``)
+    weights_prior = "gem"
+
     def _log_weights(self, key, sample_shape):
         shape = sample_shape + self.batch_shape + (self.truncation,)
         gamma = jnp.expand_dims(self.concentration, -1)
@@ -156,7 +157,7 @@ class GEM(_GlobalWeights):
     def log_prob(self, value):
         value = jnp.asarray(value)
         tails = jnp.flip(jnp.cumsum(jnp.flip(value, -1), -1), -1)  # s_1 .. s_{K+1}
-        log_s = _safe_log(tails)
+        log_s = safe_log(tails)
         log_ratio = log_s[..., 1:] - log_s[..., :-1]  # log(1 - v_k), k = 1..K
         gamma = jnp.expand_dims(self.concentration, -1)
         terms = jnp.log(gamma) + (gamma - 1.0) * log_ratio - log_s[..., :-1]
@@ -181,6 +182,9 @@ class WeakLimitBeta(_GlobalWeights):
     the model with the ``{name}_beta`` site's :class:`GEM` replaced by this distribution.
     """
 
+    #: the prior of the global weights, as discovery reports it (``ModelSpec.beta_prior``)
+    weights_prior = "weak_limit"
+
     def sample(self, key, sample_shape=()):
         shape = tuple(sample_shape) + self.batch_shape + (self.truncation,)
         conc = jnp.broadcast_to(jnp.expand_dims(self.concentration, -1) / self.truncation, shape)
@@ -193,7 +197,7 @@ class WeakLimitBeta(_GlobalWeights):
         head = value[..., :-1]
         # the last entry is zero for draws of this distribution; it is not checked, so that values
         # passed through numpyro's simplex transforms (which leave ~1e-17 there) keep a density
-        return gammaln(self.concentration) - self.truncation * gammaln(a[..., 0]) + jnp.sum((a - 1.0) * _safe_log(head), -1)
+        return gammaln(self.concentration) - self.truncation * gammaln(a[..., 0]) + jnp.sum((a - 1.0) * safe_log(head), -1)
 
     @property
     def mean(self):
@@ -271,7 +275,7 @@ class HDPTransitions(Distribution):
         conc = self.concentration
         positive = conc > 0
         safe = jnp.where(positive, conc, 1.0)
-        terms = jnp.where(positive, (safe - 1.0) * _safe_log(value) - gammaln(safe), 0.0)
+        terms = jnp.where(positive, (safe - 1.0) * safe_log(value) - gammaln(safe), 0.0)
         # an atom with zero concentration (e.g. the remainder under the weak limit) is a point mass at 0
         off_atom = jnp.any(~positive & (value > 0), -1)
         row = gammaln(jnp.sum(conc, -1)) + jnp.sum(terms, -1)
@@ -284,7 +288,7 @@ class HDPTransitions(Distribution):
 
 
 # ---------------------------------------------------------------------------- Markov chain
-def _sample_markov_chain(key, log_init, log_trans, num_steps: int):
+def sample_markov_chain(key, log_init, log_trans, num_steps: int):
     """Draw ``z_{1:T}`` from a chain whose rows may carry an escape column (see MarkovChain).
 
     Returns ``(states (T,), escapes)``: draws that landed in the escape column are redrawn among
@@ -345,7 +349,7 @@ class MarkovChain(Distribution):
     is_discrete = True
 
     def __init__(self, initial_probs, transition_matrix, num_steps: int, lengths=None, *, validate_args=None):
-        self.num_steps = _check_capacity("num_steps", num_steps, 1)
+        self.num_steps = check_capacity("num_steps", num_steps, 1)
         initial_probs = as_parameter("initial_probs", initial_probs)
         transition_matrix = as_parameter("transition_matrix", transition_matrix)
         lengths = None if lengths is None else as_parameter("lengths", lengths)
@@ -400,8 +404,8 @@ class MarkovChain(Distribution):
     def log_prob(self, value):
         value = jnp.asarray(value).astype(jnp.int32)
         k = self.num_states
-        log_init = _safe_log(self.initial_probs[..., :k])
-        log_trans = _safe_log(self.transition_matrix[..., :k])
+        log_init = safe_log(self.initial_probs[..., :k])
+        log_trans = safe_log(self.transition_matrix[..., :k])
         first = jnp.take_along_axis(
             jnp.broadcast_to(log_init, value.shape[:-1] + (k,)), value[..., :1], -1
         )[..., 0]
@@ -451,7 +455,7 @@ class HiddenMarkovModel(Distribution):
         _check_probability_vectors("initial_probs", initial_probs)
         _check_probability_vectors("transition_matrix", transition_matrix)
         if num_steps is not None:
-            num_steps = _check_capacity("num_steps", num_steps, 1)
+            num_steps = check_capacity("num_steps", num_steps, 1)
         self.num_steps = num_steps
         dtype = jnp.result_type(initial_probs, transition_matrix, float)
         self.initial_probs = jnp.asarray(initial_probs, dtype)
@@ -563,124 +567,14 @@ class EmissionLikelihood(Distribution):
         return out.reshape(sample_shape + out.shape[1:])
 
 
-# ----------------------------------------------------------------------------- HDP-HMM models
-class StickyHDPHMM(Distribution):
-    r"""The sticky HDP-HMM of Fox et al. (eq. 25) as a generative distribution over sequences.
-
-    Arguments: ``gamma`` (top-level concentration), ``alpha`` (transition concentration),
-    ``kappa >= 0`` (self-transition bias; 0 gives the HDP-HMM), ``emission`` (an
-    :class:`~numpyro_hdphmm.emissions.EmissionFamily`, or a callable ``k -> Distribution`` of one
-    observation given state ``k``, vectorized over ``k``, wrapped in
-    :class:`~numpyro_hdphmm.emissions.CustomEmission`), ``max_states`` (the capacity ``K``: how
-    many states may be represented; not a truncation of the model, see the module docstring) and
-    ``num_steps`` (the length ``T`` of a generated sequence).
-
-    ``sample`` draws observations ``(T, *event_shape)`` from the generative model;
-    ``sample_with_intermediates`` also returns a dict with ``beta``, ``trans`` (start row last),
-    the emission parameters, ``states`` and ``overflow`` (the number of draws that needed a state
-    beyond the capacity; a ``RuntimeWarning`` is emitted when it is positive).
-
-    ``log_prob`` is not available: the marginal density of the observations integrates over the
-    infinite state space and has no closed form.  In a model declare the HDP-HMM with
-    :func:`numpyro_hdphmm.sample`, which exposes its latent structure as explicit sites that the
-    package's kernels sample; for a fixed, finite HMM whose states are summed out use
-    :class:`HiddenMarkovModel`.
-    """
-
-    arg_constraints = {
-        "gamma": constraints.positive,
-        "alpha": constraints.positive,
-        "kappa": constraints.nonnegative,
-    }
-    support = constraints.real
-    pytree_data_fields = ("gamma", "alpha", "kappa", "emission")
-    pytree_aux_fields = ("max_states", "num_steps")
-
-    def __init__(self, gamma, alpha, kappa, emission, max_states: int, num_steps=None, *, validate_args=None):
-        gamma, alpha, kappa = (as_parameter(n, v) for n, v in (("gamma", gamma), ("alpha", alpha), ("kappa", kappa)))
-        if not isinstance(emission, EmissionFamily):
-            if not callable(emission) or isinstance(emission, Distribution):
-                raise ValueError(
-                    "`emission` must be an emission family from numpyro_hdphmm.emissions or a callable "
-                    f"k -> numpyro Distribution (vectorized over states), got {type(emission).__name__}."
-                )
-            from numpyro_hdphmm.emissions.custom import CustomEmission
-
-            emission = CustomEmission(emission, _check_capacity("max_states", max_states, 2))
-        if emission.batch_shape != ():
-            raise ValueError(f"`emission` must be a prior (batch shape ()), got batch shape {emission.batch_shape}.")
-        self.max_states = _check_capacity("max_states", max_states, 2)
-        self.num_steps = None if num_steps is None else _check_capacity("num_steps", num_steps, 1)
-        check_positive("gamma", gamma)
-        check_positive("alpha", alpha)
-        check_nonnegative("kappa", kappa)
-        dtype = jnp.result_type(gamma, alpha, kappa, float)
-        self.gamma = jnp.asarray(gamma, dtype)
-        self.alpha = jnp.asarray(alpha, dtype)
-        self.kappa = jnp.asarray(kappa, dtype)
-        self.emission = emission
-        batch_shape = jax.lax.broadcast_shapes(jnp.shape(self.gamma), jnp.shape(self.alpha), jnp.shape(self.kappa))
-        event_shape = (self.num_steps or 1,) + tuple(emission.event_shape)
-        super().__init__(batch_shape=batch_shape, event_shape=event_shape, validate_args=validate_args)
-
-    def _draw_one(self, key, gamma, alpha, kappa):
-        k_beta, k_trans, k_par, k_z, k_y = random.split(key, 5)
-        num_states = self.max_states
-        beta = GEM(gamma, num_states).sample(k_beta)
-        trans = HDPTransitions(beta, alpha, kappa).sample(k_trans)
-        params = self.emission.sample_parameters(k_par, (num_states,))
-        states, overflow = _sample_markov_chain(
-            k_z, _safe_log(trans[num_states]), _safe_log(trans[:num_states]), self.num_steps
-        )
-        y = self.emission.sample_observations(k_y, params, states)
-        return y, dict(beta=beta, trans=trans, states=states, overflow=overflow, **params)
-
-    def sample_with_intermediates(self, key, sample_shape=()):
-        if self.num_steps is None:
-            raise ValueError("`num_steps` must be given to draw a sequence from the model.")
-        return _draw_hdphmm(self, key, tuple(sample_shape))
-
-    def sample(self, key, sample_shape=()):
-        return self.sample_with_intermediates(key, sample_shape)[0]
-
-    def log_prob(self, value):
-        raise NotImplementedError(
-            f"{type(self).__name__}.log_prob: the marginal density of an HDP-HMM has no closed form. "
-            "Declare the model with numpyro_hdphmm.sample(name, hmm, obs=y), which exposes beta, the "
-            "transition rows, the emission parameters and the states as sample sites for the package's "
-            "kernels; or use numpyro_hdphmm.HiddenMarkovModel for a finite HMM with the states summed out."
-        )
-
-
 @partial(jax.jit, static_argnums=(2,))
 def _draw_markov_chain(chain: MarkovChain, key, sample_shape):
     """Jitted body of :meth:`MarkovChain.sample_with_intermediates` (compiled once per shape)."""
     shape, n, init, trans = chain._flat_args(sample_shape)
     keys = random.split(key, n)
     states, escapes = jax.vmap(
-        lambda k, p0, p: _sample_markov_chain(k, _safe_log(p0), _safe_log(p), chain.num_steps)
+        lambda k, p0, p: sample_markov_chain(k, safe_log(p0), safe_log(p), chain.num_steps)
     )(keys, init, trans)
     if chain.transition_matrix.shape[-1] == chain.num_states + 1:
-        host_warning(_warn_escape, escapes, "MarkovChain.sample")
+        host_warning(warn_escape, escapes, "MarkovChain.sample")
     return states.reshape(shape + (chain.num_steps,)), [escapes.reshape(shape)]
-
-
-@partial(jax.jit, static_argnums=(2,))
-def _draw_hdphmm(model: StickyHDPHMM, key, sample_shape):
-    """Jitted body of :meth:`StickyHDPHMM.sample_with_intermediates` (compiled once per shape)."""
-    shape = sample_shape + model.batch_shape
-    n = int(np.prod(shape)) if shape else 1
-    flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha, model.kappa)]
-    y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
-    host_warning(_warn_escape, inter["overflow"], type(model).__name__ + ".sample")
-    reshape = lambda a: a.reshape(shape + a.shape[1:])
-    return reshape(y), {k: reshape(v) for k, v in inter.items()}
-
-
-class HDPHMM(StickyHDPHMM):
-    r"""The HDP-HMM of Teh et al. (2006): :class:`StickyHDPHMM` with ``kappa = 0``."""
-
-    arg_constraints = {"gamma": constraints.positive, "alpha": constraints.positive}
-
-    def __init__(self, gamma, alpha, emission, max_states: int, num_steps=None, *, validate_args=None):
-        super().__init__(gamma, alpha, 0.0, emission, max_states, num_steps, validate_args=validate_args)

@@ -125,8 +125,8 @@ def test_readme_model_prior_predictive_without_data():
     """``Predictive(model)(key, None)`` on the README model draws standardized sequences of the
     documented default length (issue 19)."""
     draws = Predictive(readme_model, num_samples=3)(jax.random.key(0), None)
-    assert draws["y"].shape == (3, nh.primitives.DEFAULT_NUM_STEPS, 1)
-    assert draws["y_states"].shape == (3, nh.primitives.DEFAULT_NUM_STEPS)
+    assert draws["y"].shape == (3, nh.models.DEFAULT_NUM_STEPS, 1)
+    assert draws["y_states"].shape == (3, nh.models.DEFAULT_NUM_STEPS)
     assert np.all(np.isfinite(np.asarray(draws["y"])))
 
 

@@ -21,7 +21,7 @@ from numpyro.infer.util import log_density
 import numpyro_hdphmm as nh
 from numpyro_hdphmm import diagnostics as G
 from numpyro_hdphmm.emissions import GaussianNIW
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer import weak_limit
 from numpyro_hdphmm.labels import expected_partition_loss, find_state_sites
 
 

@@ -103,7 +103,7 @@ def test_step_agreement():
 def test_divergences_counted_and_warned():
     """The inner kernel's divergences (sample_stats' ``diverging``) are counted per chain in the
     summary, and the kernel's host warning names the remedy."""
-    from numpyro_hdphmm.infer.plumbing.adapter import _warn_divergence
+    from numpyro_hdphmm.infer.plumbing.reporting import warn_divergence
 
     samples = switched_draws()
     diverging = np.zeros((3, 50), bool)
@@ -115,7 +115,7 @@ def test_divergences_counted_and_warned():
     assert "inner-kernel divergences after warmup: 7 (per chain [0, 7, 0])" in buf.getvalue()
     assert nh.labels.summary(samples, point_estimate=False).divergences is None  # unknown: not reported
     with pytest.warns(RuntimeWarning, match="target_accept_prob"):
-        _warn_divergence(np.array([0, 2]), "BeamSampler")
+        warn_divergence(np.array([0, 2]), "BeamSampler")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _warn_divergence(np.zeros(2, bool), "BeamSampler")  # no divergence: quiet
+        warn_divergence(np.zeros(2, bool), "BeamSampler")  # no divergence: quiet

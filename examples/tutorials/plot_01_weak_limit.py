@@ -117,7 +117,7 @@ print("states in use over the continued sweeps (chain x sweep):", more.shape, "m
 # Every kernel of the package implements the block protocol of ``numpyro.infer.Gibbs``, so it
 # can own the HDP-HMM sites while another kernel (here NUTS) updates the rest.  The weak-limit
 # kernel samples the model with ``beta ~ Dir(gamma/L)``; every block must therefore see the
-# same, transformed model, :func:`numpyro_hdphmm.infer.algorithms.weak_limit` ``(model)``::
+# same, transformed model, :func:`numpyro_hdphmm.infer.weak_limit` ``(model)``::
 #
 #     from numpyro.infer import NUTS, Gibbs
 #

@@ -5,12 +5,10 @@ program that runs once per ``MCMC.run`` on small data (the prior draw that model
 falls back to, the clustering of the data-driven start, the kernel's init program) runs for
 milliseconds, so compiling it with :data:`ONE_OFF_COMPILER_OPTIONS`
 (``xla_backend_optimization_level=0`` and the CPU backend's classic emitters instead of its MLIR
-fusion emitters) saves more than it costs: on the README's model the discovery draw compiles in
-1.1 s instead of 4 s, the clustering in 0.7 s instead of 3 s and the init program in 2 s instead
-of 6 s.  The generated code is about 5 times slower (the clustering at T = 10^5: 13 s instead of
-2.5 s), so the sweep, which runs thousands of times, always keeps XLA's defaults, and the
-clustering and the init program use the options on small data only
-(``numpyro_hdphmm.infer.plumbing.adapter``).
+fusion emitters) saves more than it costs: each such program compiles in a third to a quarter of
+the time (``docs/benchmarks.md``, "Compile time").  The generated code is several times slower,
+so the sweep, which runs thousands of times, always keeps XLA's defaults, and the clustering and
+the init program use the options on small data only (``numpyro_hdphmm.infer.plumbing.adapter``).
 
 The options can change floating-point results in the last bits (LLVM's contractions and its
 transcendental functions differ).  The discovery draw's values only decide the model's
@@ -31,7 +29,7 @@ from typing import Callable, Dict, Optional
 
 import jax
 
-__all__ = ["ONE_OFF_COMPILER_OPTIONS", "at_top_level", "one_off_applies", "one_off_jit"]
+__all__ = ["ONE_OFF_COMPILER_OPTIONS", "TRACE_CTX_SINCE", "at_top_level", "one_off_applies", "one_off_jit"]
 
 #: XLA options of one-off programs (CPU backend only): no LLVM optimization of the generated code
 #: (half the compile seconds), and the CPU backend's classic elemental emitters instead of its MLIR
@@ -43,11 +41,36 @@ ONE_OFF_COMPILER_OPTIONS: Dict[str, object] = {"xla_backend_optimization_level":
 _REJECTED = []
 
 
-def at_top_level(*args) -> bool:
-    """True when no JAX transformation is tracing (``jax.core.trace_ctx`` is at the top level:
-    eager evaluation, also inside ``jax.ensure_compile_time_eval``) and no leaf of ``args`` is a
-    tracer: a ``jax.jit`` called here is compiled as its own program."""
+#: the first JAX version with ``jax.core.trace_ctx`` (the tracing-context object of JAX's
+#: stackless tracing), the one JAX internal this package reads (:func:`_trace_context`)
+TRACE_CTX_SINCE = (0, 4, 36)
+
+
+def _jax_version() -> tuple:
+    parts = []
+    for part in jax.__version__.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _trace_context():
+    """``jax.core.trace_ctx`` where this JAX has it with the interface read here (version at least
+    :data:`TRACE_CTX_SINCE` and an ``is_top_level`` method), else ``None``: the one place the
+    package touches a JAX internal.  ``None`` only turns the one-off compilation off (every program
+    then compiles with XLA's defaults), never changes a result."""
+    if _jax_version() < TRACE_CTX_SINCE:
+        return None
     ctx = getattr(jax.core, "trace_ctx", None)
+    return ctx if callable(getattr(ctx, "is_top_level", None)) else None
+
+
+def at_top_level(*args) -> bool:
+    """True when no JAX transformation is tracing (the tracing context is at the top level:
+    eager evaluation, also inside ``jax.ensure_compile_time_eval``) and no leaf of ``args`` is a
+    tracer: a ``jax.jit`` called here is compiled as its own program.  False where the context
+    cannot be read (:func:`_trace_context`)."""
+    ctx = _trace_context()
     if ctx is None or not ctx.is_top_level():
         return False
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(args))

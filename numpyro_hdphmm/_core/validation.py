@@ -359,9 +359,8 @@ def host_warning(fn, value, *args) -> None:
 
     ``fn`` must do nothing when every entry of ``value`` is zero (no overflow, no non-finite
     site): the callback then is not made at all (a ``lax.cond`` on ``any(value != 0)``).  A host
-    callback made in every call costs about 70 us of a compiled sweep on XLA:CPU (measured, jax
-    0.10), more than a whole sweep's non-FFBS work at ``T = 10^3``; behind the ``cond`` it is
-    made only in the rare sweep that warns."""
+    callback made in every call costs more than a whole sweep's non-FFBS work at ``T = 10^3`` on
+    XLA:CPU; behind the ``cond`` it is made only in the rare sweep that warns."""
     _summed_callback(fn, tuple(args))(jnp.asarray(value))
 
 

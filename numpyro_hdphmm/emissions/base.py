@@ -71,6 +71,12 @@ class EmissionFamily:
     #: the parameters whose prior is set by the family's own DP concentration
     #: (:attr:`dp_concentration`), e.g. a DP mixture's weights
     dp_concentration_params: Tuple[str, ...] = ()
+    #: the prior of every state's parameters is one Dirichlet ``concentration (C,)`` over
+    #: ``num_categories`` symbols (with ``with_concentration`` and ``counts`` statistics), which a
+    #: model may write as a scalar times a shared base site (the RCD paper's two-level emission
+    #: prior, :func:`numpyro_hdphmm.emissions.hierarchical_categorical`); kernels then draw the
+    #: base exactly
+    dirichlet_base: bool = False
 
     @property
     def dp_concentration(self):

@@ -66,6 +66,7 @@ class Categorical(EmissionFamily):
     param_names = ("probs",)
     conjugate = True
     _hyper_names = ("concentration",)
+    dirichlet_base = True
 
     def __init__(self, num_categories, concentration=1.0):
         C = _check_num_categories(num_categories)

@@ -12,7 +12,7 @@ kernel                     algorithm
 =========================  ====================================================================
 
 Every MCMC kernel is an :class:`~numpyro_hdphmm.infer.plumbing.adapter.HDPKernel` (the NumPyro adapter) around an
-:class:`~numpyro_hdphmm.infer.plumbing.adapter.Algorithm` (the pure core); :func:`~numpyro_hdphmm.infer.plumbing.discovery.discover`
+:class:`~numpyro_hdphmm.infer.contract.Algorithm` (the pure core); :func:`~numpyro_hdphmm.infer.plumbing.discovery.discover`
 finds the model's sites and the update plan once, before compilation (``kernel.update_plan(...)``).
 ``CollapsedSVI`` is a fitter that mirrors ``numpyro.infer.SVI`` (``init``/``update``/``run``/``get_params``)
 on the same models, its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi` and :mod:`numpyro_hdphmm._core.cvi`;
@@ -22,15 +22,13 @@ NumPyro's own SVI loop.
 the devices (and processes) of a :class:`jax.sharding.Mesh` (:mod:`numpyro_hdphmm.infer.plumbing.sharding`, ``docs/scaling.md``).
 """
 
-from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, HDPState
-from numpyro_hdphmm.infer.algorithms.beam import BeamSampler
-from numpyro_hdphmm.infer.algorithms.direct_assignment import DirectAssignmentGibbs
+from numpyro_hdphmm.infer.algorithms import KERNELS, PGAS, BeamSampler, DirectAssignmentGibbs, RCDSampler, WeakLimitGibbs
+from numpyro_hdphmm.infer.algorithms.weak_limit import weak_limit
+from numpyro_hdphmm.infer.contract import Algorithm, Explicit
+from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel, HDPState
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, UpdatePlan, discover
 from numpyro_hdphmm.infer.plumbing.initialization import init_to_data
-from numpyro_hdphmm.infer.algorithms.pgas import PGAS
-from numpyro_hdphmm.infer.algorithms.rcd import RCDSampler
 from numpyro_hdphmm.infer.plumbing.sharding import sequence_mesh
-from numpyro_hdphmm.infer.algorithms.weak_limit import WeakLimitGibbs, weak_limit
 from numpyro_hdphmm.infer.collapsed_svi import CollapsedELBO, CollapsedGuide, CollapsedSVI, CollapsedSVIState, RobbinsMonro
 
 __all__ = [
@@ -44,6 +42,7 @@ __all__ = [
     "Explicit",
     "HDPKernel",
     "HDPState",
+    "KERNELS",
     "RobbinsMonro",
     "ModelSpec",
     "PGAS",

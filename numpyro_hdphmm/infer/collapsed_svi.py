@@ -72,7 +72,7 @@ from numpyro_hdphmm._core import cvi
 from numpyro_hdphmm._core.hmm import hmm_posterior_sample, hmm_smoother, hmm_viterbi, hmm_filter
 from numpyro_hdphmm._core.random import beta as draw_beta
 from numpyro_hdphmm._core.random import dirichlet, gamma as draw_gamma
-from numpyro_hdphmm.infer.plumbing.adapter import flatten_time
+from numpyro_hdphmm.infer.contract import flatten_time
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, SequenceData, discover, model_view
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_mesh
 from numpyro_hdphmm.posterior import as_sequences

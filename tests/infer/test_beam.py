@@ -16,7 +16,7 @@ from numpyro.infer import MCMC
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer import weak_limit
 from numpyro_hdphmm.infer.algorithms import beam
 
 from _checks import three_regime_model, printed_gamma_update, empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, tv_bound
@@ -324,13 +324,13 @@ def test_overflow_warning_only_when_the_truncation_plausibly_matters():
     overflow.  Host side of the warning, driven directly: 5 such sweeps in 600 are quiet, 10 in
     600 warn, a new run (the sweep counter starting again) starts the count again, and fewer than
     5 never warn (one early event is not a rate)."""
-    import numpyro_hdphmm.infer.plumbing.adapter as base
+    from numpyro_hdphmm.infer.plumbing import reporting
 
     def run(event_sweeps, key):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for s in event_sweeps:
-                base._warn_overflow_rate(np.array([1, s]), 20, "BeamSampler", 1, key)
+                reporting.warn_overflow_rate(np.array([1, s]), 20, "BeamSampler", 1, key)
         return [str(w.message) for w in caught]
 
     assert run(range(150, 600, 100), "a") == []  # 5 of 600, never 1% of the sweeps so far

@@ -121,19 +121,19 @@ def test_one_off_clustering_gives_the_default_compilations_labels(monkeypatch):
     after it gives the state of the single default-compiled program that clusters inline (above
     ``_ONE_OFF_CLUSTER_SIZE``, and for models that need their arguments' values): the same
     integers, and floats equal up to the last bits (LLVM's contractions differ)."""
-    from numpyro_hdphmm.infer.plumbing import adapter as base
-    from numpyro_hdphmm.infer.plumbing.adapter import _Arguments
+    from numpyro_hdphmm.infer.plumbing import programs
+    from numpyro_hdphmm.infer.plumbing.programs import Arguments
 
     y = nh.datasets.fox_experiment_a(num_steps=300).observations
     kernel = WeakLimitGibbs(gaussian_model)
     state = kernel.init(jax.random.key(3), 2, None, (y,), {})
-    args = _Arguments.split((y,), {})
+    args = Arguments.split((y,), {})
     (cluster,) = [p for k, p in kernel._programs.items() if k[0] == "cluster"]
     assert hasattr(cluster, "fast")  # small data: the one-off variant
     for seed in range(3):
         key = jax.random.key(seed)
         np.testing.assert_array_equal(cluster.fast(key, None, args.arrays), cluster.plain(key, None, args.arrays))
-    monkeypatch.setattr(base, "_ONE_OFF_CLUSTER_SIZE", 100)  # T = 300: the init program clusters
+    monkeypatch.setattr(programs, "ONE_OFF_CLUSTER_SIZE", 100)  # T = 300: the init program clusters
     large = WeakLimitGibbs(gaussian_model)
     inline = large.init(jax.random.key(3), 2, None, (y,), {})
     (init,) = [p for k, p in kernel._programs.items() if k[0] == "init"]

@@ -15,7 +15,7 @@ from scipy.special import gammaln, logsumexp, roots_genlaguerre
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.emissions import Categorical, DPMixture, dp_mixture
 from numpyro_hdphmm.infer import WeakLimitGibbs, discover
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer import weak_limit
 
 from _checks import _log_dirmult_rows, _simplex_rule, empirical_tv, geweke_z_scores, partition_key, tv_bound
 

@@ -21,7 +21,7 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import PGAS, BeamSampler, DirectAssignmentGibbs, RCDSampler, WeakLimitGibbs
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer import weak_limit
 
 from test_weak_limit import hyper_model  # gamma, alpha, kappa random; L = 3, 3 categories
 from _checks import (

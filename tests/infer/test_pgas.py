@@ -21,7 +21,7 @@ from numpyro.infer import MCMC
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import PGAS, HDPKernel
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer import weak_limit
 from numpyro_hdphmm.infer.algorithms import pgas
 
 import test_beam

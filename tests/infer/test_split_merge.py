@@ -16,7 +16,7 @@ from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGi
 from numpyro_hdphmm.infer.algorithms import beam
 from numpyro_hdphmm.infer.algorithms import direct_assignment as da
 from numpyro_hdphmm.infer.moves import split_merge as sm
-from numpyro_hdphmm.infer.plumbing.adapter import flatten_time
+from numpyro_hdphmm.infer.contract import flatten_time
 
 from _checks import empirical_tv, exact_infinite_posterior, exact_weak_limit_posterior, tv_bound
 

@@ -19,7 +19,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.diagnostics import hamming_distance
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer import weak_limit
 
 
 def categorical_data(seed=0, length=12):
@@ -168,10 +168,11 @@ def test_generic_alpha_with_underflowing_rows():
 def test_generic_alpha_detects_rows_density(monkeypatch):
     """Negative control: the inner kernel on the rows' Dirichlet density (rows not integrated out,
     not redrawn) drifts with the underflowed entries: detected."""
-    from numpyro_hdphmm.infer.plumbing import adapter as base
+    from numpyro_hdphmm.infer import contract
+    from numpyro_hdphmm.infer.plumbing import collapse
 
-    monkeypatch.setattr(base._CollapseRows, "process_message", lambda self, msg: None)
-    monkeypatch.setattr(base.Algorithm, "resume", lambda self, key, state, spec, view: state)
+    monkeypatch.setattr(collapse.CollapseRows, "process_message", lambda self, msg: None)
+    monkeypatch.setattr(contract.Algorithm, "resume", lambda self, key, state, spec, view: state)
     z = _alpha_exact_vs_generic()
     assert abs(z["mean"]) > Z_LIMIT, z
 

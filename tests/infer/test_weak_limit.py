@@ -12,7 +12,7 @@ from numpyro.infer import MCMC
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import WeakLimitGibbs
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer import weak_limit
 
 from _checks import printed_gamma_update, empirical_tv, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
 

@@ -53,7 +53,7 @@ rescaled pass and, only when it underflows, redoes it in log space, so it is exa
 of the log-likelihoods (with 0/1 transitions the rescaled pass of
 :func:`~numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast` underflows whenever the best reachable
 state is ~44 nats (float32) worse than the best instantiated one, common away from the mode).
-The algorithm's state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`.
+The algorithm's state is :class:`~numpyro_hdphmm.infer.contract.Explicit`.
 """
 
 from __future__ import annotations
@@ -69,13 +69,14 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.slices import draw_slices, extend_sticks, slice_ffbs
 from numpyro_hdphmm._core.slots import compact_states, used_slots
 from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.contract import Algorithm, Explicit, flatten_time
+from numpyro_hdphmm.infer.moves.global_step import explicit_given_states
+from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
 from numpyro_hdphmm.infer.moves.split_merge import check_split_merge, split_merge_explicit
 
-__all__ = ["BeamSampler", "Beam", "BeamInfo", "drop_unused"]
+__all__ = ["compacted_start", "BeamSampler", "Beam", "BeamInfo", "drop_unused"]
 
 
 class BeamInfo(NamedTuple):
@@ -159,6 +160,15 @@ def _slice_ffbs_rows(emission):
     return ffbs
 
 
+def compacted_start(rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> Explicit:
+    """The starting point of the kernels that keep only the used states instantiated (beam, PGAS): the
+    compacted starting states, ``beta`` and rows at conditional means given them and the emission
+    parameters drawn from their conditionals (:func:`_initial_values`)."""
+    prior_free = view._replace(priors=crp.HyperPriors(), dp_concentration_prior=None)
+    states, beta, trans, params = _initial_values(rng_key, start.states, start.params, prior_free, spec.capacity)
+    return start._replace(states=states, beta=beta, trans=trans, params=params)
+
+
 class Beam(Algorithm):
     """Van Gael et al.'s beam sampler with Fox et al.'s sticky prior on the contract of
     :mod:`numpyro_hdphmm.infer.plumbing.adapter` (module docstring).
@@ -179,19 +189,9 @@ class Beam(Algorithm):
         "params": "conjugate posterior given the states; new states from the prior",
     }
 
-    def check(self, spec: ModelSpec) -> None:
-        if spec.beta_prior != "gem":
-            raise NotImplementedError(
-                f"BeamSampler samples the infinite model (`{spec.sites.beta} ~ GEM`), got the weak-limit prior; "
-                "use WeakLimitGibbs for the weak-limit approximation."
-            )
-
     def init(self, rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> Explicit:
-        """The compacted starting states, ``beta`` and rows at conditional means given them and the
-        emission parameters drawn from their conditionals (:func:`_initial_values`)."""
-        prior_free = view._replace(priors=crp.HyperPriors(), dp_concentration_prior=None)
-        states, beta, trans, params = _initial_values(rng_key, start.states, start.params, prior_free, spec.capacity)
-        return start._replace(states=states, beta=beta, trans=trans, params=params)
+        """:func:`compacted_start`."""
+        return compacted_start(rng_key, spec, view, start)
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
         """One beam-sampler sweep (steps 1-6 of the module docstring): ``(Explicit, BeamInfo)``."""
@@ -225,17 +225,11 @@ class Beam(Algorithm):
         # 4. compaction: unused states' mass joins the remainder
         states, head, params, _ = drop_unused(states, beta[:capacity], params, view.emission, data.lengths)
         beta = jnp.concatenate([head, jnp.maximum(1.0 - jnp.sum(head), 0.0)[None]])
-        # 5. emission parameters (free slots: no data, a draw from the prior)
-        weights = state_weights(states, data.valid, capacity, dtype=beta.dtype)
-        params, sigma, shared = update_emission_parameters(k_theta, spec, view, view.emission, flatten_time(data.x),
-                                                           weights.reshape(-1, capacity), params)
-        # 6. tables, hyperparameters, beta, rows
-        draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False,
-                                 hyperparameters=spec.hyperparameters)
-        hyper = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}
+        # 5-6. emission parameters (free slots: no data, a draw from the prior); tables, hyperparameters, beta, rows
+        explicit = explicit_given_states(k_theta, k_global, spec, view, states, beta, params, weak_limit=False)
         info = BeamInfo(overflow=overflow | split_overflow, num_instantiated=jnp.sum(inst).astype(jnp.int32),
                         ffbs_ok=jnp.all(ok), split_merge_accept=split_merge_accept, fresh_used=fresh_used)
-        return Explicit(states, draw.beta, draw.trans, params, hyper), info
+        return explicit, info
 
 
 class BeamSampler(HDPKernel):
@@ -278,9 +272,6 @@ class BeamSampler(HDPKernel):
     statistics (every conjugate family).
 
     :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
-    :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
-    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
-    :param verbose: print the update plan at initialization.
     :param mesh: a :class:`jax.sharding.Mesh` to split the sequences over (``None``, the default:
         unsharded): each device computes the log-likelihoods and the slice FFBS of its block of
         sequences, the rest of the sweep is global (:mod:`numpyro_hdphmm.infer.plumbing.sharding`,
@@ -290,19 +281,14 @@ class BeamSampler(HDPKernel):
     :param chain_axis: a mesh axis to split vectorized chains over (``MCMC(..., num_chains=C,
         chain_method="vectorized")``, ``C`` a multiple of its size): chains x sequences on one mesh
         (``docs/scaling.md``).  Default: none (each device runs its sequences of every chain).
-    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
-        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
     :param split_merge: split-merge moves per sweep (0: none).
     """
 
     algorithm = Beam()
 
-    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, chain_axis=None, **kwargs):
+    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, chain_axis=None, **options):
         sharding = SequenceSharding.from_arguments(mesh, sequence_axes, chain_axis)
-        algorithm = Beam(split_merge, sharding)
-        super().__init__(model, **kwargs)
-        self.algorithm = algorithm
+        super().__init__(model, Beam(split_merge, sharding), **options)
 
     def _overflow_warning(self, state):
         r"""Warn of overflows only when the states left out at the capacity were plausibly needed.
@@ -317,7 +303,7 @@ class BeamSampler(HDPKernel):
         sticks still) would most likely have stayed empty as well, and the draw is the exact
         sweep's.  When it uses it (``BeamInfo.fresh_used``), or every slot is in use, the
         truncation plausibly changed the draw; the kernel warns once such sweeps reach
-        :data:`~numpyro_hdphmm.infer.plumbing.adapter.OVERFLOW_RATE` (1%) of the sweeps after warmup, the bias
+        :data:`~numpyro_hdphmm.infer.plumbing.reporting.OVERFLOW_RATE` (1%) of the sweeps after warmup, the bias
         then being of that order.  Every overflow stays recorded in the ``overflow`` field
         (docs/warnings.md).
         """

@@ -60,7 +60,9 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.contract import Algorithm, Explicit, flatten_time
+from numpyro_hdphmm.infer.moves.global_step import hyper_site_values
+from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.moves.emission_base import sample_emission_base
 from numpyro_hdphmm.infer.moves.split_merge import SPLIT_MERGE_STREAM, check_split_merge, split_merge_given_beta
@@ -204,7 +206,7 @@ class DirectAssignmentInfo(NamedTuple):
 
 class DirectAssignment(Algorithm):
     """Fox et al. Alg. 1 and 3 on the contract of :mod:`numpyro_hdphmm.infer.plumbing.adapter` (module
-    docstring).  The state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`: the states and
+    docstring).  The state is :class:`~numpyro_hdphmm.infer.contract.Explicit`: the states and
     ``beta`` are carried; the rows and the emission parameters are integrated out in the sweep
     and drawn from their conditionals for the record."""
 
@@ -219,13 +221,6 @@ class DirectAssignment(Algorithm):
 
     def __init__(self, split_merge: int = 0):
         self.split_merge = check_split_merge(split_merge)
-
-    def check(self, spec: ModelSpec) -> None:
-        if spec.beta_prior != "gem":
-            raise NotImplementedError(
-                f"DirectAssignmentGibbs samples the infinite model (`{spec.sites.beta} ~ GEM`); "
-                "use WeakLimitGibbs for the weak-limit approximation."
-            )
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
         """One sweep: ``split_merge`` split-merge moves
@@ -317,17 +312,10 @@ class DirectAssignmentGibbs(HDPKernel):
     acceptance rate is the collected field ``split_merge_accept``.
 
     :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
-    :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
-    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
-    :param verbose: print the update plan at initialization.
-    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
-        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
     :param split_merge: split-merge moves per sweep (0: none).
     """
 
     algorithm = DirectAssignment()
 
-    def __init__(self, model, split_merge: int = 0, **kwargs):
-        self.algorithm = DirectAssignment(split_merge)
-        super().__init__(model, **kwargs)
+    def __init__(self, model, split_merge: int = 0, **options):
+        super().__init__(model, DirectAssignment(split_merge), **options)

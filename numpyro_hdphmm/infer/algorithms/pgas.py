@@ -63,7 +63,7 @@ beta_rem)``, ``pi_j = (pi_j1..pi_jK, pi_j,rem)`` (start row last).  One sweep:
 Diagnostics (:class:`PGASInfo`): the particles' effective sample size per step (mean and minimum
 over the sweep's steps, relative to ``N``), whether the returned path is the reference path,
 the fraction of steps whose state changed, the states created and instantiated, ``overflow``.
-The algorithm's state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`.
+The algorithm's state is :class:`~numpyro_hdphmm.infer.contract.Explicit`.
 """
 
 from __future__ import annotations
@@ -87,11 +87,11 @@ from numpyro_hdphmm._core.smc import (
     select_particle,
     trace_lineage,
 )
-from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
-from numpyro_hdphmm.infer.algorithms.beam import Beam, drop_unused
+from numpyro_hdphmm.infer.algorithms.beam import compacted_start, drop_unused
+from numpyro_hdphmm.infer.contract import Algorithm, Explicit
+from numpyro_hdphmm.infer.moves.global_step import explicit_given_states
+from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 
 __all__ = ["PGAS", "ParticleGibbs", "PGASInfo", "StateGraph", "SMCResult", "conditional_smc", "PROPOSALS"]
 
@@ -362,18 +362,11 @@ class ParticleGibbs(Algorithm):
         self.num_particles = num_particles
         self.proposal = proposal
 
-    def check(self, spec: ModelSpec) -> None:
-        if spec.beta_prior != "gem":
-            raise NotImplementedError(
-                f"PGAS samples the infinite model (`{spec.sites.beta} ~ GEM`), got the weak-limit prior; "
-                "use WeakLimitGibbs for the weak-limit approximation."
-            )
-
     def init(self, rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> Explicit:
-        """The beam sampler's starting point (:meth:`numpyro_hdphmm.infer.algorithms.beam.Beam.init`): the
-        compacted initial states, ``beta`` and rows at conditional means, emission parameters
+        """The beam sampler's starting point (:func:`numpyro_hdphmm.infer.algorithms.beam.compacted_start`):
+        the compacted initial states, ``beta`` and rows at conditional means, emission parameters
         drawn from their conditionals."""
-        return Beam().init(rng_key, spec, view, start)
+        return compacted_start(rng_key, spec, view, start)
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
         """One sweep (steps 1-4 of the module docstring): ``(Explicit, PGASInfo)``."""
@@ -445,15 +438,9 @@ class ParticleGibbs(Algorithm):
         # 2. compaction: unused states' mass joins the remainder
         states, head, params, _ = drop_unused(states, graph.beta[:capacity], params, emission, data.lengths)
         beta = jnp.concatenate([head, jnp.maximum(1.0 - jnp.sum(head), 0.0)[None]])
-        # 3. emission parameters (free slots: no data, a draw from the prior)
-        weights = state_weights(states, data.valid, capacity, dtype=dtype)
-        params, sigma, shared = update_emission_parameters(k_theta, spec, view, emission, flatten_time(data.x),
-                                                           weights.reshape(-1, capacity), params)
-        # 4. tables, hyperparameters, beta, rows
-        draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=False,
-                                 hyperparameters=spec.hyperparameters)
-        hyper_values = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}
-        return Explicit(states, draw.beta, draw.trans, params, hyper_values), info
+        # 3-4. emission parameters (free slots: no data, a draw from the prior); tables, hyperparameters, beta, rows
+        explicit = explicit_given_states(k_theta, k_global, spec, view, states, beta, params, weak_limit=False)
+        return explicit, info
 
 
 class PGAS(HDPKernel):
@@ -476,9 +463,6 @@ class PGAS(HDPKernel):
         from the prior) or ``"posterior"`` (the transition rows times the likelihoods, fully
         adapted on the instantiated states, ``O(T N K)``; fewer particles wasted on states the
         observation rules out, at K times the cost per particle).
-    :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
-    :param exact_hyperparameters: use the exact updates of the concentrations where they apply
-        (``False``: every hyperparameter site goes to the inner kernel).
     :param hyperparameters: how the concentrations with an exact update are drawn in the global
         step (:func:`numpyro_hdphmm._core.crp.sample_global`): ``"collapsed"`` (default) slice-samples
         ``(log(alpha + kappa), logit(kappa / (alpha + kappa)))`` from ``p(alpha, kappa | z, beta)``
@@ -488,19 +472,15 @@ class PGAS(HDPKernel):
         al.'s auxiliary-variable updates given them (App. III, eqs. 50-56).  Both leave the
         posterior invariant (Geweke test, ``tests/infer/test_pgas.py``); the collapsed updates mix
         the concentrations faster per sweep (``docs/benchmarks.md``, "PGAS and RCDSampler hyperparameter mixing").
-    :param verbose: print the update plan at initialization.
     :param mesh: must be ``None``: PGAS runs unsharded (its sequences are visited in turn, sharing
         the states they create; ``docs/scaling.md``); a mesh raises ``NotImplementedError``.
-    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
-        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
 
     Collected diagnostics: :class:`PGASInfo` (e.g. ``extra_fields=("ess_mean", "reference_kept")``).
     """
 
-    def __init__(self, model, num_particles: int = 10, proposal: str = "prior", *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, hyperparameters: str = "collapsed", verbose: bool = False,
-                 init_strategy="data", mesh=None):
+    algorithm = ParticleGibbs()
+
+    def __init__(self, model, num_particles: int = 10, proposal: str = "prior", *, mesh=None, **options):
         if mesh is not None:
             raise NotImplementedError(
                 "PGAS(mesh=...) is not supported: its sweep is not data-parallel over sequences (the sequences "
@@ -513,6 +493,4 @@ class PGAS(HDPKernel):
                              f"got {num_particles!r}.")
         if proposal not in PROPOSALS:
             raise ValueError(f"`proposal` must be one of {PROPOSALS}, got {proposal!r}.")
-        self.algorithm = ParticleGibbs(num_particles, proposal)
-        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
-                         init_strategy=init_strategy, hyperparameters=hyperparameters)
+        super().__init__(model, ParticleGibbs(num_particles, proposal), **options)

@@ -85,12 +85,14 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import canonical_order
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer.moves import franchise
-from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, hyper_site_values
+from numpyro_hdphmm.infer.contract import Algorithm, Explicit
+from numpyro_hdphmm.infer.moves.global_step import hyper_site_values
+from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.moves.emission_base import emission_with_base, sample_emission_base
 from numpyro_hdphmm.infer.moves.franchise import CollapsedState, Context
 from numpyro_hdphmm.infer.moves.split_merge import check_split_merge, split_merge_sweep
-from numpyro_hdphmm.primitives import HDP_ROLE
+from numpyro_hdphmm.models.base import HDP_ROLE
 
 __all__ = ["RCDSampler", "RCD", "RCDState", "RCDInfo", "MODES", "SweepResult", "single_step_sweep", "block_sweep",
            "reseat_with_concentrations"]
@@ -541,13 +543,6 @@ class RCD(Algorithm):
             raise ValueError(f"`block_size` must be an integer >= 1, got {block_size!r}.")
         self.mode, self.block_size, self.split_merge = mode, block_size, check_split_merge(split_merge)
 
-    def check(self, spec: ModelSpec) -> None:
-        if spec.beta_prior != "gem":
-            raise NotImplementedError(
-                f"RCDSampler samples the infinite model (`{spec.sites.beta} ~ GEM`); "
-                "use WeakLimitGibbs for the weak-limit approximation."
-            )
-
     # ---------------------------------------------------------------- helpers
     @staticmethod
     def _statistics(spec: ModelSpec, view: ModelView):
@@ -692,8 +687,6 @@ class RCDSampler(HDPKernel):
     :param split_merge: split-merge moves per sweep (Algs. 9-10, with early rejection).
     :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``), which sees
         ``beta`` and the rows integrated out and the seating kept.
-    :param exact_hyperparameters: use the exact updates of the concentrations where they apply
-        (``False``: every hyperparameter site goes to the inner kernel).
     :param hyperparameters: how those concentrations are drawn after the moves: ``"collapsed"``
         (default; :func:`reseat_with_concentrations`) draws ``beta | tables ~ Dir(mbar_.k, gamma)``,
         slice-samples ``(alpha, kappa) | z, beta`` with the rows and the tables integrated out
@@ -702,19 +695,13 @@ class RCDSampler(HDPKernel):
         forgets ``beta``: a partially collapsed Gibbs cycle, exact for the collapsed posterior;
         ``"auxiliary"`` applies Fox et al.'s auxiliary-variable updates (App. III, eqs. 50-56)
         given the table counts the sampler keeps.
-    :param verbose: print the update plan at initialization.
-    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
-        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
 
     Collected fields: ``z`` (all latent sites; states relabelled by first appearance except for
     custom emissions), ``num_states``, ``lp``, ``accept_prob``/``diverging`` of the inner kernel,
     and :class:`RCDInfo`'s ``overflow``, ``gibbs_accept`` and ``split_merge_accept``.
     """
 
-    def __init__(self, model, mode: str = "slice", block_size: int = 10, split_merge: int = 0, *, inner_kernel=None,
-                 exact_hyperparameters: bool = True, hyperparameters: str = "collapsed", verbose: bool = False,
-                 init_strategy="data"):
-        self.algorithm = RCD(mode, block_size, split_merge)
-        super().__init__(model, inner_kernel=inner_kernel, exact_hyperparameters=exact_hyperparameters, verbose=verbose,
-                         init_strategy=init_strategy, hyperparameters=hyperparameters)
+    algorithm = RCD()
+
+    def __init__(self, model, mode: str = "slice", block_size: int = 10, split_merge: int = 0, **options):
+        super().__init__(model, RCD(mode, block_size, split_merge), **options)

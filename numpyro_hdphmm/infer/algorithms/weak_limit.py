@@ -63,7 +63,7 @@ statistics (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.collapsed_stati
 conjugate family and DP mixtures of them; custom emissions keep their parameters explicit (the
 moves are then given the parameters); a family without either raises ``NotImplementedError``.
 
-The algorithm's state is :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit` (every site explicit).
+The algorithm's state is :class:`~numpyro_hdphmm.infer.contract.Explicit` (every site explicit).
 """
 
 from __future__ import annotations
@@ -75,17 +75,16 @@ import jax.numpy as jnp
 from jax import random
 from numpyro.primitives import Messenger
 
-from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm._core.slots import used_slots
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta
-from numpyro_hdphmm.emissions.base import state_weights
-from numpyro_hdphmm.infer.plumbing.adapter import Algorithm, Explicit, HDPKernel, flatten_time, hyper_site_values
+from numpyro_hdphmm.infer.contract import Algorithm, Explicit
+from numpyro_hdphmm.infer.moves.global_step import explicit_given_states
+from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
-from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
 from numpyro_hdphmm.infer.moves.split_merge import check_split_merge, split_merge_explicit
-from numpyro_hdphmm.primitives import HDP_ROLE
+from numpyro_hdphmm.models.base import HDP_ROLE
 
 __all__ = ["WeakLimitGibbs", "WeakLimit", "WeakLimitInfo", "weak_limit"]
 
@@ -185,19 +184,13 @@ class WeakLimit(Algorithm):
         new_states, ok = map_sequences(_ffbs_rows(emission), rows, (log_trans, state.params), self.sharding)
         ffbs_ok = jnp.all(ok)
         states = jnp.where(ffbs_ok, new_states, state.states)
-        # 2. emission parameters from their conjugate posteriors
-        weights = state_weights(states, data.valid, capacity, dtype=trans.dtype)
-        params, sigma, shared = update_emission_parameters(k_theta, spec, view, emission, flatten_time(data.x),
-                                                           weights.reshape(-1, capacity), state.params)
-        # 3. tables, hyperparameters, beta, rows
-        # one cycle of the O(L^2) (alpha, kappa) update: this sweep is cheap enough that two more
-        # would add about 30% per sweep (docs/benchmarks.md, "Hyperparameter mixing")
-        draw = crp.sample_global(k_global, states, data.lengths, state.beta, view.hyper, view.priors, weak_limit=True,
-                                 hyperparameters=spec.hyperparameters, hyper_cycles=1, gamma_cycles=3)
-        hyper = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}
+        # 2-3. emission parameters from their conjugate posteriors; tables, hyperparameters, beta, rows
+        # (one cycle of the O(L^2) (alpha, kappa) update: this sweep is cheap enough that two more
+        # would add about 30% per sweep, docs/benchmarks.md, "Hyperparameter mixing")
+        explicit = explicit_given_states(k_theta, k_global, spec, view, states, state.beta, state.params,
+                                         weak_limit=True, hyper_cycles=1, gamma_cycles=3)
         overflow = jnp.all(used_slots(states, data.lengths, capacity)) | split_overflow
-        info = WeakLimitInfo(overflow, ffbs_ok, split_merge_accept)
-        return Explicit(states, draw.beta, draw.trans, params, hyper), info
+        return explicit, WeakLimitInfo(overflow, ffbs_ok, split_merge_accept)
 
 
 class WeakLimitGibbs(HDPKernel):
@@ -218,9 +211,6 @@ class WeakLimitGibbs(HDPKernel):
     ``RuntimeWarning`` says so) and ``ffbs_ok``.
 
     :param model: a NumPyro model declaring one HDP-HMM with :func:`numpyro_hdphmm.sample`.
-    :param inner_kernel: kernel for the remaining latent sites (default ``NUTS``).
-    :param exact_hyperparameters: use the exact auxiliary-variable updates where they apply.
-    :param verbose: print the update plan at initialization.
     :param mesh: a :class:`jax.sharding.Mesh` to split the sequences over (``None``, the default:
         unsharded).  Each device computes the log-likelihoods and the FFBS of its block of
         sequences; the statistics are reduced over the mesh and the global update is made once
@@ -231,9 +221,6 @@ class WeakLimitGibbs(HDPKernel):
     :param chain_axis: a mesh axis to split vectorized chains over (``MCMC(..., num_chains=C,
         chain_method="vectorized")``, ``C`` a multiple of its size): chains x sequences on one mesh
         (``docs/scaling.md``).  Default: none (each device runs its sequences of every chain).
-    :param init_strategy: where the chains start: ``"data"`` (default: clustered windows of the
-        observations, the rest drawn given those states), ``"prior"`` (a prior draw) or a NumPyro
-        init strategy (:mod:`numpyro_hdphmm.infer.plumbing.initialization`).
     :param split_merge: split-merge moves per sweep (0, the default: none).  ``n > 0`` adds ``n``
         moves at the start of every sweep (module docstring, step 0): the collapsed moves of
         :mod:`numpyro_hdphmm.infer.moves.split_merge` (shared with ``RCDSampler``,
@@ -247,8 +234,6 @@ class WeakLimitGibbs(HDPKernel):
 
     algorithm = WeakLimit()
 
-    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, chain_axis=None, **kwargs):
+    def __init__(self, model, split_merge: int = 0, *, mesh=None, sequence_axes=None, chain_axis=None, **options):
         sharding = SequenceSharding.from_arguments(mesh, sequence_axes, chain_axis)
-        algorithm = WeakLimit(split_merge, sharding)
-        super().__init__(model, **kwargs)
-        self.algorithm = algorithm
+        super().__init__(model, WeakLimit(split_merge, sharding), **options)

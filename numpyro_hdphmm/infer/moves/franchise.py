@@ -44,7 +44,7 @@ from numpyro_hdphmm._core.crp import Concentrations
 from numpyro_hdphmm._core.hcrp import step_layout
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
-from numpyro_hdphmm.infer.plumbing.adapter import flatten_time
+from numpyro_hdphmm.infer.contract import flatten_time
 
 __all__ = [
     "CollapsedState",

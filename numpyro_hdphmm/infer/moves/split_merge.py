@@ -59,7 +59,7 @@ from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.emissions.collapsed import row_of
 from numpyro_hdphmm.infer.moves import franchise
-from numpyro_hdphmm.infer.plumbing.adapter import Explicit
+from numpyro_hdphmm.infer.contract import Explicit
 from numpyro_hdphmm.infer.moves.franchise import CollapsedState, Context
 
 __all__ = ["SplitMergeResult", "Fragments", "fragments", "restricted_ffbs", "split_merge_move", "split_merge_sweep",
@@ -363,7 +363,7 @@ def split_merge_given_beta(rng_key, states, beta, params, data, hyper, emission,
 
 
 class ExplicitMoves(NamedTuple):
-    """Result of :func:`split_merge_explicit`: the :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`
+    """Result of :func:`split_merge_explicit`: the :class:`~numpyro_hdphmm.infer.contract.Explicit`
     state after the moves, ``accept`` (the fraction of the moves accepted; NaN without moves)
     and ``overflow``."""
 

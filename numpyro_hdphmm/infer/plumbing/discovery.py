@@ -38,11 +38,10 @@ from numpyro.primitives import Messenger
 from numpyro_hdphmm._core.compile import at_top_level, one_off_jit
 from numpyro_hdphmm._core.crp import HYPERPARAMETER_UPDATES, Concentrations, HyperPriors
 from numpyro_hdphmm._core.validation import check_model_arguments
-from numpyro_hdphmm.emissions.categorical import Categorical
-from numpyro_hdphmm.primitives import HDP_ROLE
+from numpyro_hdphmm.models.base import HDP_LAYER_ROLES, HDP_ROLE, MODEL_KEY, NAME_KEY, SiteRole
 
 __all__ = [
-    "HMMSites",
+    "LatentSites",
     "HyperSites",
     "SiteUpdate",
     "UpdatePlan",
@@ -56,9 +55,13 @@ __all__ = [
 ]
 
 
-class HMMSites(NamedTuple):
-    """The sites of the HDP-HMM named ``name`` (:func:`numpyro_hdphmm.sample`); ``params``: the
-    emission parameters as ``(parameter name, site name)`` pairs (empty for custom emissions)."""
+class LatentSites(NamedTuple):
+    """The sites of the model declared as ``name`` (:func:`numpyro_hdphmm.sample`), read from its model
+    class's description (:meth:`~numpyro_hdphmm.models.base.ModelClass.site_roles`): ``kind`` (the
+    model class, e.g. ``"hmm"``); the shared HDP layer ``beta``, ``trans``; the discrete ``states``;
+    the observed ``obs``; ``params``: the emission parameters as ``(parameter name, site name)``
+    pairs (empty for custom emissions); ``extra``: the further latent sites of the model class as
+    ``(role, site name)`` pairs (empty for the HMM)."""
 
     name: str
     beta: str
@@ -66,6 +69,8 @@ class HMMSites(NamedTuple):
     states: str
     obs: str
     params: Tuple[Tuple[str, str], ...]
+    kind: str = "hmm"
+    extra: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def param_sites(self) -> Tuple[str, ...]:
@@ -73,8 +78,14 @@ class HMMSites(NamedTuple):
 
     @property
     def owned(self) -> Tuple[str, ...]:
-        """Every site the algorithm updates itself (the emission parameters included)."""
-        return (self.beta, self.trans, self.states, *self.param_sites)
+        """Every site the algorithm updates itself (the emission parameters and the model class's
+        further latent sites included)."""
+        return (self.beta, self.trans, self.states, *self.param_sites, *(site for _, site in self.extra))
+
+    def role_of(self) -> Dict[str, str]:
+        """``{site: role}`` of every owned site (``"params"`` for the emission parameters)."""
+        return {self.beta: "beta", self.trans: "trans", self.states: "states",
+                **{site: "params" for site in self.param_sites}, **{site: role for role, site in self.extra}}
 
 
 class HyperSites(NamedTuple):
@@ -140,7 +151,7 @@ class UpdatePlan(tuple):
 class ModelSpec(NamedTuple):
     """What :func:`discover` found (immutable, static: hashable names and sizes only).
 
-    ``sites``: :class:`HMMSites`; ``capacity``: ``K = max_states``; ``batched``: ``obs`` holds
+    ``sites``: :class:`LatentSites`; ``capacity``: ``K = max_states``; ``batched``: ``obs`` holds
     several sequences ``(N, T, ...)``; ``beta_prior``: ``"gem"`` (the infinite model) or
     ``"weak_limit"`` (``Dir(gamma/L)``); ``family``: the emission family's class name;
     ``owns_parameters``: the family declares its parameter sites (``False``: custom emissions,
@@ -150,7 +161,7 @@ class ModelSpec(NamedTuple):
     (:func:`numpyro_hdphmm._core.crp.sample_global`).
     """
 
-    sites: HMMSites
+    sites: LatentSites
     capacity: int
     batched: bool
     beta_prior: str
@@ -159,7 +170,7 @@ class ModelSpec(NamedTuple):
     hyper: HyperSites
     inner_sites: Tuple[str, ...]
     plan: UpdatePlan
-    hyperparameters: str = "auxiliary"
+    hyperparameters: str = "collapsed"
 
 
 class SequenceData(NamedTuple):
@@ -229,7 +240,7 @@ def prior_trace(model, rng_key, model_args=(), model_kwargs=None, *, one_off: bo
     the model's structure only): that program is compiled without backend optimization when
     called outside any trace
     (:func:`~numpyro_hdphmm._core.compile.one_off_jit`; its values then differ from the default
-    compilation's in the last bits; 1.1 s of compilation instead of 4 s on the README's model)."""
+    compilation's in the last bits; ``docs/benchmarks.md``, "Compile time")."""
     model_kwargs = model_kwargs or {}
 
     def draw(key):
@@ -261,9 +272,8 @@ def discovery_trace(model, model_args=(), model_kwargs=None):
     """The trace :func:`discover` reads: ``model`` with every latent site at a fixed point of its
     support (:class:`_FeasiblePoints`; its values decide the model's structure only: the sites,
     their distributions and shapes, and they are the context of the recognition probes).  No
-    sampler runs, so nothing is traced or compiled but the model's own operations (on the
-    README's model discovery takes 1.7 s instead of 4 s, most of that the tracing, lowering and
-    compiling of a prior draw).  Where a support has no feasible point (a custom constraint without ``feasible_like``)
+    sampler runs, so nothing is traced or compiled but the model's own operations (a prior draw
+    would be traced, lowered and compiled: ``docs/benchmarks.md``, "Compile time").  Where a support has no feasible point (a custom constraint without ``feasible_like``)
     or the model rejects one, the prior draw of :func:`prior_trace` (compiled as a one-off
     program) is used instead."""
     model_kwargs = model_kwargs or {}
@@ -293,28 +303,35 @@ def latent_sites(trace) -> Tuple[str, ...]:
     return tuple(name for name, site in trace.items() if site["type"] == "sample" and not site["is_observed"])
 
 
-def _find_sites(trace, kernel: str) -> Tuple[HMMSites, bool, object]:
+def _find_sites(trace, kernel: str) -> Tuple[LatentSites, bool, object]:
+    """The declared model's :class:`LatentSites`, whether it has several sequences, and its emission
+    family, from the role tags of ``trace`` and the model class's own description of its sites."""
     roles: Dict = {}
     for site_name, site in trace.items():
         if site["type"] != "sample":
             continue
         role = (site.get("infer") or {}).get(HDP_ROLE)
         if role is not None and role != "emission":
-            roles.setdefault((site["infer"]["hdphmm_name"], role), []).append(site_name)
+            roles.setdefault((site["infer"][NAME_KEY], role), []).append(site_name)
     names = sorted({n for n, _ in roles})
     if not names:
         raise ValueError(f"{kernel}: the model declares no HDP-HMM; use numpyro_hdphmm.sample(name, hmm, obs=y).")
     if len(names) > 1:
         raise NotImplementedError(f"{kernel}: the model declares {len(names)} HDP-HMMs ({names}); one per model is supported.")
     name = names[0]
-    missing = [r for r in ("beta", "trans", "states", "obs") if (name, r) not in roles]
+    obs_sites = roles.get((name, "obs"), [])
+    model = (trace[obs_sites[0]].get("infer") or {}).get(MODEL_KEY) if obs_sites else None
+    declared = model.site_roles() if model is not None else tuple(SiteRole(r, r) for r in HDP_LAYER_ROLES)
+    required = [r.role for r in declared if r.role != "emission"]
+    missing = [r for r in required if (name, r) not in roles]
     if missing:
+        what = {r.role: r.site(name) for r in declared}
         raise NotImplementedError(
-            f"{kernel}: the HDP-HMM '{name}' has no {', '.join(repr(f'{name}_{r}') for r in missing)} sample site: "
+            f"{kernel}: the HDP-HMM '{name}' has no {', '.join(repr(what[r]) for r in missing)} sample site: "
             "`numpyro.handlers.block` hid it, or `numpyro.handlers.reparam` made it a deterministic site. The kernels "
             "update every site numpyro_hdphmm.sample declares; apply block/reparam to the other sites of the model only."
         )
-    obs = roles[(name, "obs")][0]
+    obs = obs_sites[0]
     if not trace[obs]["is_observed"]:
         raise ValueError(f"{kernel}: the HDP-HMM site '{obs}' must be observed (pass obs=...).")
     for (_, role), site_names in roles.items():
@@ -323,22 +340,26 @@ def _find_sites(trace, kernel: str) -> Tuple[HMMSites, bool, object]:
                 raise NotImplementedError(_observed_site_message(kernel, name, site_name, role))
     fn = trace[obs]["fn"]
     emission = fn.emission
-    for p in emission.param_names if emission.owns_parameters else ():
-        site = trace.get(f"{name}_{p}")
+    params = tuple((r.parameter, r.site(name)) for r in declared if r.role == "emission")
+    for p, site_name in params if emission.owns_parameters else ():
+        site = trace.get(site_name)
         if site is None or site["type"] != "sample":
             raise NotImplementedError(
-                f"{kernel}: the HDP-HMM '{name}' has no '{name}_{p}' sample site: `numpyro.handlers.block` hid it, or "
+                f"{kernel}: the HDP-HMM '{name}' has no '{site_name}' sample site: `numpyro.handlers.block` hid it, or "
                 "`numpyro.handlers.reparam` made it a deterministic site. The kernels update every site "
                 "numpyro_hdphmm.sample declares; apply block/reparam to the other sites of the model only.")
         if site["is_observed"]:
-            raise NotImplementedError(_observed_site_message(kernel, name, f"{name}_{p}", "params"))
-    sites = HMMSites(
+            raise NotImplementedError(_observed_site_message(kernel, name, site_name, "params"))
+    sites = LatentSites(
         name=name,
         beta=roles[(name, "beta")][0],
         trans=roles[(name, "trans")][0],
         states=roles[(name, "states")][0],
         obs=obs,
-        params=tuple((p, f"{name}_{p}") for p in emission.param_names),
+        params=params,
+        kind=getattr(model, "kind", "hmm"),
+        extra=tuple((r.role, roles[(name, r.role)][0]) for r in declared
+                    if r.role not in HDP_LAYER_ROLES and r.role != "emission"),
     )
     return sites, len(fn.batch_shape) == 2, emission
 
@@ -388,7 +409,7 @@ def check_handlers(trace, kernel: str) -> None:
 
 
 # ------------------------------------------------------------------------ recognition
-def _hyper_values(model, sites: HMMSites, model_args, model_kwargs, values, probed=(), dp_probe=False):
+def _hyper_values(model, sites: LatentSites, model_args, model_kwargs, values, probed=(), dp_probe=False):
     """``(gamma, alpha, kappa, sigma)`` of the model with ``values`` substituted (``sigma``: the
     emission family's DP concentration, NaN for families without one), and the distribution
     arguments of every other site (all but beta, trans and ``probed``; with ``dp_probe`` also
@@ -428,7 +449,7 @@ def _describe_prior(fn) -> str:
     return type(fn).__name__
 
 
-def _recognize(model, sites: HMMSites, trace, latent, model_args, model_kwargs, own_dp_concentration: bool):
+def _recognize(model, sites: LatentSites, trace, latent, model_args, model_kwargs, own_dp_concentration: bool):
     """``(HyperSites, {site: reason})``: the sites with exact updates and, for every other
     candidate or probed site, why it goes to the inner kernel."""
     owned = set(sites.owned)
@@ -542,7 +563,7 @@ def _recognize(model, sites: HMMSites, trace, latent, model_args, model_kwargs, 
     return hyper, reasons
 
 
-def _emission_base_probe(model, sites: HMMSites, model_args, model_kwargs, values, probed):
+def _emission_base_probe(model, sites: LatentSites, model_args, model_kwargs, values, probed):
     """``(concentration of the categorical emission, the arguments of every other site)`` at
     ``values``; left out: the ``probed`` sites, the emission parameter sites (whose prior is the
     concentration) and the emission family of the observed site."""
@@ -558,14 +579,15 @@ def _emission_base_probe(model, sites: HMMSites, model_args, model_kwargs, value
     return obs_fn.emission.concentration, others
 
 
-def _recognize_emission_base(model, sites: HMMSites, trace, latent, model_args, model_kwargs, emission, taken):
+def _recognize_emission_base(model, sites: LatentSites, trace, latent, model_args, model_kwargs, emission, taken):
     """``(base site or None, scale site or None, {site: reason})``.
 
     The base: a latent Dirichlet site ``phi`` (constant concentration, event ``(C,)``) whose value
-    times one scalar is the concentration of a :class:`Categorical` emission and which feeds
+    times one scalar is the concentration of a categorical emission (a family with the
+    :attr:`~numpyro_hdphmm.emissions.base.EmissionFamily.dirichlet_base` capability) and which feeds
     nothing else.  The scale: then, a scalar Gamma site (constant parameters) whose value is that
     scalar and which feeds nothing else.  Both checked numerically at two probe values."""
-    if not isinstance(emission, Categorical) or emission.batch_shape != ():
+    if not emission.dirichlet_base or emission.batch_shape != ():
         return None, None, {}
     num_symbols = emission.num_categories
     owned = set(sites.owned) | set(taken)
@@ -667,7 +689,7 @@ def _collapsed_reason(role: str, hyper: HyperSites) -> str:
     return _COLLAPSED_REASONS["pair"].format(site=names[role]) if both else _COLLAPSED_REASONS[role]
 
 
-def _check_inner_supports(model, sites: HMMSites, trace, latent, inner_sites, model_args, model_kwargs, kernel):
+def _check_inner_supports(model, sites: LatentSites, trace, latent, inner_sites, model_args, model_kwargs, kernel):
     """Reject inner-kernel sites whose support lets the model become invalid.
 
     The inner NUTS kernel moves each of its sites over the whole support of the site's
@@ -700,7 +722,7 @@ def _check_inner_supports(model, sites: HMMSites, trace, latent, inner_sites, mo
 
 def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM kernel",
              exact_hyperparameters: bool = True, own_dp_concentration: bool = True,
-             describe: Optional[Dict[str, str]] = None, hyperparameters: str = "auxiliary") -> ModelSpec:
+             describe: Optional[Dict[str, str]] = None, hyperparameters: str = "collapsed") -> ModelSpec:
     """Trace ``model`` once on concrete values (:func:`discovery_trace`) and return its
     :class:`ModelSpec`.
 
@@ -726,7 +748,7 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
         latent = latent_sites(trace)
         beta_fn = trace[sites.beta]["fn"]
         capacity = beta_fn.event_shape[0] - 1
-        beta_prior = "gem" if type(beta_fn).__name__ == "GEM" else "weak_limit"
+        beta_prior = unwrap(beta_fn).weights_prior
         if exact_hyperparameters:
             hyper, reasons = _recognize(model, sites, trace, latent, model_args, model_kwargs, own_dp_concentration)
             base_site, scale_site, base_reasons = _recognize_emission_base(model, sites, trace, latent, model_args,
@@ -741,7 +763,7 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
         inner = tuple(s for s in latent if s not in owned and s not in hyper.sites)
         _check_inner_supports(model, sites, trace, latent, inner, model_args, model_kwargs, kernel)
     rows = []
-    role_of = {sites.beta: "beta", sites.trans: "trans", sites.states: "states", **{s: "params" for s in sites.param_sites}}
+    role_of = sites.role_of()
     exact_role = {site: role for role, site in hyper._asdict().items() if site is not None}
     for s in latent:
         if s in role_of:

@@ -266,7 +266,7 @@ def labelling_score(view, labels, num_labels: int, features, feature_weights):
 
 def states_given(rng_key, spec, view, start, *, given_params: bool = False, given_beta: bool = False,
                  given_trans: bool = False, given_base: bool = False):
-    """``start`` (an :class:`~numpyro_hdphmm.infer.plumbing.adapter.Explicit`) with what was not given drawn
+    """``start`` (an :class:`~numpyro_hdphmm.infer.contract.Explicit`) with what was not given drawn
     given its states: the emission parameters from their conditional (``update_parameters``; the
     user's sites of a custom emission are kept; a shared emission base first, unless
     ``given_base``, its scale held fixed: :func:`~numpyro_hdphmm.infer.moves.emission_base.update_emission_parameters`),

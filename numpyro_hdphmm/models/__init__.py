@@ -1,0 +1,21 @@
+"""Model classes: NumPyro distributions over sequences whose latent structure
+:func:`numpyro_hdphmm.sample` declares as explicit sites (:mod:`numpyro_hdphmm.models.base`).
+
+==================  ===========================================  ====================================
+kind                classes                                      latent structure beyond the HDP layer
+==================  ===========================================  ====================================
+``"hmm"``           :class:`StickyHDPHMM`, :class:`HDPHMM`       discrete states, emission parameters
+==================  ===========================================  ====================================
+
+A new model class is a module here and one line in :data:`MODEL_CLASSES` (``docs/kernels.md``).
+"""
+
+from numpyro_hdphmm.models.base import DEFAULT_NUM_STEPS, ModelClass, SiteRole
+from numpyro_hdphmm.models.hmm import HDPHMM, StickyHDPHMM
+
+#: the registry of model classes: ``kind -> class`` (one line per model class)
+MODEL_CLASSES = {
+    "hmm": StickyHDPHMM,
+}
+
+__all__ = ["MODEL_CLASSES", "ModelClass", "SiteRole", "StickyHDPHMM", "HDPHMM", "DEFAULT_NUM_STEPS"]

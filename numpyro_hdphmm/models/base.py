@@ -1,0 +1,91 @@
+r"""The model-class layer: what every model class of the package declares about itself.
+
+A *model class* (the sticky HDP-HMM today; explicit-duration and switching-linear-dynamics models
+next) is a NumPyro distribution over sequences that also implements :class:`ModelClass`:
+
+* :meth:`ModelClass.site_roles` describes its latent structure as :class:`SiteRole` rows, one per
+  sample site it declares, in model order: the shared HDP layer (``"beta"``: the global weights,
+  ``"trans"``: the transition rows), the emission parameters (``"emission"``, one row per
+  parameter of the family), the discrete state sequence (``"states"``), the observations
+  (``"obs"``), and any further latent structure of its own (e.g. per-state duration parameters,
+  a continuous latent state) under roles of its own;
+* :meth:`ModelClass.declare` declares those sites in a NumPyro model (the body of
+  :func:`numpyro_hdphmm.sample`), each tagged ``infer={HDP_ROLE: role, "hdphmm_name": name}``, the
+  observed site also with the model object under :data:`MODEL_KEY`.
+
+Discovery (:mod:`numpyro_hdphmm.infer.plumbing.discovery`) reads the sites and their roles from
+this description, the kernels' explicit state (:class:`~numpyro_hdphmm.infer.contract.Explicit`)
+carries the roles beyond the HMM's under ``extra``, and an algorithm declares the model classes it
+samples (:attr:`~numpyro_hdphmm.infer.contract.Algorithm.model_classes`).  A new model class is a
+module in :mod:`numpyro_hdphmm.models` and one line in :data:`numpyro_hdphmm.models.MODEL_CLASSES`
+(``docs/kernels.md``, "Adding a model class").
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple, Tuple
+
+__all__ = ["HDP_ROLE", "MODEL_KEY", "NAME_KEY", "NOT_ENUMERABLE", "DEFAULT_NUM_STEPS", "SiteRole", "ModelClass",
+           "HDP_LAYER_ROLES"]
+
+#: key of ``site["infer"]`` under which every declared site records its role
+HDP_ROLE = "hdphmm_role"
+#: key of ``site["infer"]`` under which every declared site records the name given to ``numpyro_hdphmm.sample``
+NAME_KEY = "hdphmm_name"
+#: key of the observed site's ``infer`` holding the model object (the :class:`ModelClass` instance)
+MODEL_KEY = "hdphmm_model"
+
+#: ``infer["enumerate"]`` of the states site: not a mode of enumeration but the reason there is
+#: none, which NumPyro's gradient-based algorithms (NUTS, HMC, SA, autoguides) print when they
+#: refuse the discrete site ("... But the site y_states is marked as '<this>'")
+NOT_ENUMERABLE = (
+    "none: the HDP-HMM state sequence of numpyro_hdphmm.sample cannot be enumerated or sampled by NUTS/HMC or an "
+    "autoguide; sample it with MCMC(nh.infer.WeakLimitGibbs(model)) (or BeamSampler, DirectAssignmentGibbs, PGAS, "
+    "RCDSampler; your other sites get an inner NUTS), fit it with SVI(model, nh.infer.CollapsedGuide(model), optim, "
+    "nh.infer.CollapsedELBO()) or nh.infer.CollapsedSVI, or, for a finite HMM, sum the states out with "
+    "nh.HiddenMarkovModel (NUTS, SVI)"
+)
+
+#: the length of the sequence a model class draws without ``obs`` when neither ``num_steps`` nor
+#: ``lengths`` says (a prior predictive check of a model written for data: ``model(None)``)
+DEFAULT_NUM_STEPS = 100
+
+#: the roles every model class declares: the shared HDP layer, the discrete states and the data
+HDP_LAYER_ROLES = ("beta", "trans", "states", "obs")
+
+
+class SiteRole(NamedTuple):
+    """One site of a model class: ``role`` (``"beta"``, ``"trans"``, ``"emission"``, ``"states"``,
+    ``"obs"`` or a role of the class's own latent structure), ``suffix`` (the site is
+    ``f"{name}_{suffix}"``, or ``name`` itself when empty), ``parameter`` (for ``"emission"`` rows:
+    the family's parameter name; else ``None``) and ``description`` (what it is, for the update
+    plan and the docs)."""
+
+    role: str
+    suffix: str
+    parameter: object = None
+    description: str = ""
+
+    def site(self, name: str) -> str:
+        """The sample site's name for the model declared as ``name``."""
+        return f"{name}_{self.suffix}" if self.suffix else name
+
+
+class ModelClass:
+    """Mixin of every model class (see the module docstring).
+
+    ``kind``: the class's key in :data:`numpyro_hdphmm.models.MODEL_CLASSES` (``"hmm"``), which
+    algorithms list in their ``model_classes``; ``max_states`` and ``emission``: the capacity and the
+    emission family every model class has."""
+
+    kind: ClassVar[str] = ""
+
+    def site_roles(self) -> Tuple[SiteRole, ...]:
+        """The sites :meth:`declare` declares (:class:`SiteRole`), in model order but for the
+        emission parameters, which follow the family's ``param_names``."""
+        raise NotImplementedError
+
+    def declare(self, name: str, obs=None, lengths=None):
+        """Declare the model's sites in the running NumPyro model; returns the observations
+        (``obs``, or the draw).  Called by :func:`numpyro_hdphmm.sample`."""
+        raise NotImplementedError

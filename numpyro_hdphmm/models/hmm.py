@@ -1,0 +1,209 @@
+r"""The sticky HDP-HMM and the HDP-HMM: the model class ``"hmm"`` (Fox et al. 2007, eq. 25; Teh et al.
+2006), the worked example of ``docs/kernels.md`` ("Adding a model class").
+
+Its latent structure beyond the shared HDP layer (``beta``, the rows) is the discrete state
+sequence and the per-state emission parameters; :meth:`StickyHDPHMM.site_roles` lists the sites,
+:meth:`StickyHDPHMM.declare` declares them.  Model convention: :mod:`numpyro_hdphmm.distributions`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from jax import random
+from numpyro.distributions import constraints
+from numpyro.distributions.distribution import Distribution
+
+from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive, host_warning
+from numpyro_hdphmm.distributions import (
+    GEM,
+    EmissionLikelihood,
+    HDPTransitions,
+    MarkovChain,
+    check_capacity,
+    safe_log,
+    sample_markov_chain,
+    warn_escape,
+)
+from numpyro_hdphmm.emissions.base import EmissionFamily
+from numpyro_hdphmm.models.base import HDP_ROLE, MODEL_KEY, NAME_KEY, NOT_ENUMERABLE, ModelClass, SiteRole
+from numpyro_hdphmm.models.layout import check_states_shape, layout_from_draws, sequence_layout
+
+__all__ = ["StickyHDPHMM", "HDPHMM"]
+
+
+class StickyHDPHMM(ModelClass, Distribution):
+    r"""The sticky HDP-HMM of Fox et al. (eq. 25) as a generative distribution over sequences.
+
+    Arguments: ``gamma`` (top-level concentration), ``alpha`` (transition concentration),
+    ``kappa >= 0`` (self-transition bias; 0 gives the HDP-HMM), ``emission`` (an
+    :class:`~numpyro_hdphmm.emissions.EmissionFamily`, or a callable ``k -> Distribution`` of one
+    observation given state ``k``, vectorized over ``k``, wrapped in
+    :class:`~numpyro_hdphmm.emissions.CustomEmission`), ``max_states`` (the capacity ``K``: how
+    many states may be represented; not a truncation of the model, see the module docstring) and
+    ``num_steps`` (the length ``T`` of a generated sequence).
+
+    ``sample`` draws observations ``(T, *event_shape)`` from the generative model;
+    ``sample_with_intermediates`` also returns a dict with ``beta``, ``trans`` (start row last),
+    the emission parameters, ``states`` and ``overflow`` (the number of draws that needed a state
+    beyond the capacity; a ``RuntimeWarning`` is emitted when it is positive).
+
+    ``log_prob`` is not available: the marginal density of the observations integrates over the
+    infinite state space and has no closed form.  In a model declare the HDP-HMM with
+    :func:`numpyro_hdphmm.sample`, which exposes its latent structure as explicit sites that the
+    package's kernels sample; for a fixed, finite HMM whose states are summed out use
+    :class:`HiddenMarkovModel`.
+    """
+
+    arg_constraints = {
+        "gamma": constraints.positive,
+        "alpha": constraints.positive,
+        "kappa": constraints.nonnegative,
+    }
+    support = constraints.real
+    pytree_data_fields = ("gamma", "alpha", "kappa", "emission")
+    pytree_aux_fields = ("max_states", "num_steps")
+    kind = "hmm"
+
+    def __init__(self, gamma, alpha, kappa, emission, max_states: int, num_steps=None, *, validate_args=None):
+        gamma, alpha, kappa = (as_parameter(n, v) for n, v in (("gamma", gamma), ("alpha", alpha), ("kappa", kappa)))
+        if not isinstance(emission, EmissionFamily):
+            if not callable(emission) or isinstance(emission, Distribution):
+                raise ValueError(
+                    "`emission` must be an emission family from numpyro_hdphmm.emissions or a callable "
+                    f"k -> numpyro Distribution (vectorized over states), got {type(emission).__name__}."
+                )
+            from numpyro_hdphmm.emissions.custom import CustomEmission
+
+            emission = CustomEmission(emission, check_capacity("max_states", max_states, 2))
+        if emission.batch_shape != ():
+            raise ValueError(f"`emission` must be a prior (batch shape ()), got batch shape {emission.batch_shape}.")
+        self.max_states = check_capacity("max_states", max_states, 2)
+        self.num_steps = None if num_steps is None else check_capacity("num_steps", num_steps, 1)
+        check_positive("gamma", gamma)
+        check_positive("alpha", alpha)
+        check_nonnegative("kappa", kappa)
+        dtype = jnp.result_type(gamma, alpha, kappa, float)
+        self.gamma = jnp.asarray(gamma, dtype)
+        self.alpha = jnp.asarray(alpha, dtype)
+        self.kappa = jnp.asarray(kappa, dtype)
+        self.emission = emission
+        batch_shape = jax.lax.broadcast_shapes(jnp.shape(self.gamma), jnp.shape(self.alpha), jnp.shape(self.kappa))
+        event_shape = (self.num_steps or 1,) + tuple(emission.event_shape)
+        super().__init__(batch_shape=batch_shape, event_shape=event_shape, validate_args=validate_args)
+
+    def site_roles(self) -> Tuple[SiteRole, ...]:
+        """The sites :func:`numpyro_hdphmm.sample` declares (table of :meth:`declare`)."""
+        params = self.emission.param_names  # () for custom emissions: the parameters are the user's sites
+        return (
+            SiteRole("beta", "beta", description="global weights GEM(gamma, K)"),
+            SiteRole("trans", "trans", description="transition rows HDPTransitions(beta, alpha, kappa), start row last"),
+            *(SiteRole("emission", p, p, "emission parameter, the family's prior expanded over the K states")
+              for p in params),
+            SiteRole("states", "states", description="discrete state sequence MarkovChain(trans[K], trans[:K], T)"),
+            SiteRole("obs", "", description="observations, the emission likelihood indexed by the states"),
+        )
+
+    def declare(self, name: str, obs=None, lengths=None):
+        r"""Declare the sticky HDP-HMM's sites (:func:`numpyro_hdphmm.sample`), in order:
+
+        ============================  ==========================================  =====================
+        site                          distribution                                shape
+        ============================  ==========================================  =====================
+        ``{name}_beta``               ``GEM(gamma, K)``                           ``(K+1,)``
+        ``{name}_trans``              ``HDPTransitions(beta, alpha, kappa)``      ``(K+1, K+1)``
+        ``{name}_{p}`` per parameter  the emission family's prior                 ``(K, ...)``
+        ``{name}_states``             ``MarkovChain(trans[K], trans[:K], T)``     ``(T,)`` / ``(N, T)``
+        ``{name}`` (observed)         ``EmissionLikelihood``, pointwise in time   ``(T, ...)`` / ``(N, T, ...)``
+        ============================  ==========================================  =====================
+        """
+        if self.batch_shape != ():
+            raise ValueError(f"`hmm` must have scalar hyperparameters (batch shape ()), got {self.batch_shape}.")
+        raw_lengths = lengths
+        obs, num_sequences, num_steps, lengths = sequence_layout(self, obs, lengths)
+        num_states = self.max_states
+        role = lambda r, **kw: {HDP_ROLE: r, NAME_KEY: name, **kw}
+
+        beta = numpyro.sample(f"{name}_beta", GEM(self.gamma, num_states), infer=role("beta"))
+        if jnp.shape(beta) != (num_states + 1,):
+            raise NotImplementedError(
+                f"numpyro_hdphmm.sample('{name}'): its sites got batch shape {jnp.shape(beta)[:-1]} from an enclosing "
+                "`numpyro.plate` (or a batched substituted value); the HDP-HMM declares its own plates. For several "
+                "sequences pass `obs` of shape (N, T, ...) (with `lengths=`) instead of a plate; for independent "
+                "HDP-HMMs fit one model per group."
+            )
+        trans = numpyro.sample(f"{name}_trans", HDPTransitions(beta, self.alpha, self.kappa), infer=role("trans"))
+        params = self.emission.sample_sites(name, num_states)
+
+        chain = MarkovChain(trans[num_states], trans[:num_states], num_steps, lengths=lengths)
+        states_infer = role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE)
+        if num_sequences is None:
+            states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
+        else:
+            with numpyro.plate("sequence", num_sequences, dim=-1):
+                states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
+        if obs is None:  # under Predictive the states are the posterior draws: their layout decides
+            num_sequences, num_steps = layout_from_draws(name, self, states, raw_lengths)
+        else:  # a value given for the states (substituted, conditioned, resumed) must fit the data
+            check_states_shape(name, states, (num_steps,) if num_sequences is None else (num_sequences, num_steps))
+        obs_infer = role("obs", **{MODEL_KEY: self})
+        if num_sequences is None:
+            with numpyro.plate("time", num_steps, dim=-1):
+                return numpyro.sample(name, EmissionLikelihood(self.emission, params, states), obs=obs, infer=obs_infer)
+        with numpyro.plate("sequence", num_sequences, dim=-2), numpyro.plate("time", num_steps, dim=-1):
+            return numpyro.sample(name, EmissionLikelihood(self.emission, params, states, lengths), obs=obs,
+                                  infer=obs_infer)
+
+    def _draw_one(self, key, gamma, alpha, kappa):
+        k_beta, k_trans, k_par, k_z, k_y = random.split(key, 5)
+        num_states = self.max_states
+        beta = GEM(gamma, num_states).sample(k_beta)
+        trans = HDPTransitions(beta, alpha, kappa).sample(k_trans)
+        params = self.emission.sample_parameters(k_par, (num_states,))
+        states, overflow = sample_markov_chain(
+            k_z, safe_log(trans[num_states]), safe_log(trans[:num_states]), self.num_steps
+        )
+        y = self.emission.sample_observations(k_y, params, states)
+        return y, dict(beta=beta, trans=trans, states=states, overflow=overflow, **params)
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        if self.num_steps is None:
+            raise ValueError("`num_steps` must be given to draw a sequence from the model.")
+        return _draw_hdphmm(self, key, tuple(sample_shape))
+
+    def sample(self, key, sample_shape=()):
+        return self.sample_with_intermediates(key, sample_shape)[0]
+
+    def log_prob(self, value):
+        raise NotImplementedError(
+            f"{type(self).__name__}.log_prob: the marginal density of an HDP-HMM has no closed form. "
+            "Declare the model with numpyro_hdphmm.sample(name, hmm, obs=y), which exposes beta, the "
+            "transition rows, the emission parameters and the states as sample sites for the package's "
+            "kernels; or use numpyro_hdphmm.HiddenMarkovModel for a finite HMM with the states summed out."
+        )
+
+
+@partial(jax.jit, static_argnums=(2,))
+def _draw_hdphmm(model: StickyHDPHMM, key, sample_shape):
+    """Jitted body of :meth:`StickyHDPHMM.sample_with_intermediates` (compiled once per shape)."""
+    shape = sample_shape + model.batch_shape
+    n = int(np.prod(shape)) if shape else 1
+    flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha, model.kappa)]
+    y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
+    host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
+    reshape = lambda a: a.reshape(shape + a.shape[1:])
+    return reshape(y), {k: reshape(v) for k, v in inter.items()}
+
+
+class HDPHMM(StickyHDPHMM):
+    r"""The HDP-HMM of Teh et al. (2006): :class:`StickyHDPHMM` with ``kappa = 0``."""
+
+    arg_constraints = {"gamma": constraints.positive, "alpha": constraints.positive}
+
+    def __init__(self, gamma, alpha, emission, max_states: int, num_steps=None, *, validate_args=None):
+        super().__init__(gamma, alpha, 0.0, emission, max_states, num_steps, validate_args=validate_args)

@@ -629,7 +629,7 @@ class CollapsedSVI:
         cached = self._cache.get(("spec", key)) if key is not None else None
         if cached is not None:
             return cached
-        spec = discover(self.model, args, kwargs, kernel="CollapsedSVI", own_dp_concentration=False,
+        spec = discover(self.model, args, kwargs, kernel="CollapsedSVI", own_dp_concentration=False, hyperparameters="auxiliary",
                         describe={"beta": "variational Beta sticks q(pi_tilde) (Wang & Blunsom eqs. 13-14)",
                                   "trans": "integrated out: expected transition counts (eqs. 9, 11)",
                                   "states": "q(z^n) by forward-backward under the surrogate HMM (eqs. 9-10)",

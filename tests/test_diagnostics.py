@@ -1,4 +1,4 @@
-"""Tests of numpyro_hdphmm.diagnostics against brute force: matchings over all injective label
+"""Tests of numpyro_hdphmm.results.diagnostics against brute force: matchings over all injective label
 maps, mutual information from scipy.stats.entropy and by hand, co-assignment by a double loop,
 and the predictive likelihood by enumerating every state path of a tiny HMM."""
 

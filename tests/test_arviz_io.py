@@ -21,7 +21,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
 from numpyro_hdphmm.emissions import Categorical
 from numpyro_hdphmm.infer import WeakLimitGibbs
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer.algorithms.weak_limit import weak_limit
 
 C, L, T, CHAINS, DRAWS = 3, 3, 8, 1, 6
 Y = np.array([[0, 0, 1, np.nan, 2, 2, 0, 0], [2, 2, 1, 1, 0, 0, 0, 0]])  # one missing value

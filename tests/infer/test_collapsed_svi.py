@@ -408,6 +408,12 @@ def test_recovery_finite_hmm_minibatches(simulated):
     held_out = svi.predictive_log_likelihood(best.params, y_test, len_test)
     assert int(held_out.num_observed) == int(np.sum(len_test))
     assert abs(float(held_out.per_step) - true_per_step(y_test, len_test, truth)) < 0.03
+    # the result of the MCMC diagnostics, with one parameter value (S = 1)
+    assert isinstance(held_out, nh.diagnostics.PredictiveLogLikelihood)
+    assert held_out.per_draw.shape == (1,) and held_out.per_sequence.shape == (1, len(len_test))
+    np.testing.assert_allclose(held_out.per_draw, [held_out.log_likelihood], rtol=1e-12)
+    np.testing.assert_allclose(np.sum(held_out.per_sequence), held_out.log_likelihood, rtol=1e-12)
+    np.testing.assert_allclose(held_out.perplexity, np.exp(-held_out.per_step), rtol=1e-12)
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.results.diagnostics import hamming_distance
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
-from numpyro_hdphmm.infer.algorithms import weak_limit
+from numpyro_hdphmm.infer.algorithms.weak_limit import weak_limit
 
 
 def categorical_data(seed=0, length=12):

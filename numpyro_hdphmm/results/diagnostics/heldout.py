@@ -29,15 +29,16 @@ class PredictiveLogLikelihood(NamedTuple):
     variational posterior, one value: ``S = 1``).  With ``l_s = log p(y_heldout | pi^(s),
     theta^(s))`` (the states summed out):
 
-    log_likelihood : ``()`` ``log (1/S) sum_s exp(l_s)``, the Monte Carlo estimate of
-        ``log p(y_heldout | y_train)`` (for ``S = 1`` the plug-in's ``l_1``)
-    per_draw : ``(S,)`` ``l_s``, summed over the held-out sequences
-    per_sequence : ``(S, N)`` the same per held-out sequence (``N = 1`` for one sequence)
-    num_observed : ``()`` integer, the held-out steps that carry an observation (not missing or
-        padding)
-    per_step : ``()`` ``log_likelihood / num_observed``, the log-likelihood per observed step
-        (Wang & Blunsom's "per time step" metric)
-    perplexity : ``()`` ``exp(-per_step)`` (the per-word perplexity of discrete data, RCD eqs. 38-39)
+    * ``log_likelihood ()``: ``log (1/S) sum_s exp(l_s)``, the Monte Carlo estimate of
+      ``log p(y_heldout | y_train)`` (for ``S = 1`` the plug-in's ``l_1``);
+    * ``per_draw (S,)``: ``l_s``, summed over the held-out sequences;
+    * ``per_sequence (S, N)``: the same per held-out sequence (``N = 1`` for one sequence);
+    * ``num_observed ()``: integer, the held-out steps that carry an observation (not missing
+      or padding);
+    * ``per_step ()``: ``log_likelihood / num_observed``, the log-likelihood per observed step
+      (Wang & Blunsom's "per time step" metric);
+    * ``perplexity ()``: ``exp(-per_step)`` (the per-word perplexity of discrete data, RCD
+      eqs. 38-39).
 
     :func:`predictive_log_likelihood` returns NumPy values (``num_observed`` a Python ``int``);
     the plug-in's are JAX arrays (the method can be traced by ``jax.jit``).

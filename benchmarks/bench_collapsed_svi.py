@@ -58,7 +58,7 @@ far advances by one chunk of updates or one sweep.  Compilation excluded for eve
 initialization included, scoring excluded.  A kernel's value at ``t`` seconds: of the ``n``
 sweeps done by ``t``, the draws of the last ``ceil(n / 2)`` sweeps of every chain; per held-out
 sentence the log of the mean over these draws of ``p(sentence | draw)`` (the forward algorithm,
-:func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood`'s ``per_sequence``), summed, per token.
+:func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood`'s ``per_sequence``), summed, per token.
 
 Longer runs (part ``long``): the settings where SVI led in the grid (``kappa = 0.9`` for ``M`` in
 {10, 100}, ``M = 100, kappa = 0.7``, ``M = 1000`` for every ``kappa``) with ``--long-factor``
@@ -163,7 +163,7 @@ def make_model(vocabulary, num_states=K_FIT):
     return model, emission
 
 
-def true_per_token(truth, emission, y, lengths):
+def true_per_step(truth, emission, y, lengths):
     import numpyro_hdphmm as nh
 
     start, trans, probs = truth
@@ -193,7 +193,7 @@ def make_scorer(model, y_test, len_test, num_states=K_FIT):
 
     svi = nh.infer.CollapsedSVI(model, num_states=num_states)
     svi.init(jax.random.key(0), y_test, len_test)
-    score_jit = jax.jit(lambda p: svi.predictive_log_likelihood(p, y_test, len_test).per_token)
+    score_jit = jax.jit(lambda p: svi.predictive_log_likelihood(p, y_test, len_test).per_step)
     return lambda state: float(score_jit(svi.get_params(state)))
 
 
@@ -290,7 +290,7 @@ def run_settings(corpus, data, settings, passes, args, log, num_states=K_FIT, pa
     for longer runs than the grid's, after the grid's number of passes."""
     y, lengths, y_test, len_test, V, truth, grid_passes, per_pass = data
     model, emission = make_model(V, num_states)
-    ceiling = None if truth is None else true_per_token(truth, emission, y_test, len_test)
+    ceiling = None if truth is None else true_per_step(truth, emission, y_test, len_test)
     log(f"\n### {part}, {corpus}: {len(lengths)} training sentences ({int(lengths.sum())} tokens), {len(len_test)} "
         f"held out ({int(len_test.sum())} tokens), V = {V}, K = {num_states}, {passes} passes"
         + (f"; true parameters {ceiling:.4f} nats/token" if ceiling is not None else ""))
@@ -465,7 +465,7 @@ def mcmc_equal_time(corpus, args, log):
         log(f"  {name:22s} " + "  ".join(f"{t:6.1f}s: " + ("    -    " if v is None else f"{v:.4f}") + f" ({n:g})"
                                          for t, (v, n) in zip(times, vals)))
     last = {name: runs[name].last_draws().tolist() for name in args.kernels}
-    ceiling = None if truth is None else true_per_token(truth, emission, y_test, len_test)
+    ceiling = None if truth is None else true_per_step(truth, emission, y_test, len_test)
     return dict(corpus=corpus, M=M, kappa=args.mcmc_kappa, seconds=seconds, t_grid=t_grid, grid_passes=grid_passes,
                 times=times, table=table, last_draws=last, ceiling=ceiling, chains=args.chains,
                 init={n: r.init_seconds if n in args.kernels else runner.init_seconds for n, r in runs.items()},

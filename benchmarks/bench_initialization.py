@@ -115,7 +115,7 @@ def five_state_data(T=10000, seed=0):
 
 def majority(draws):
     """The per-step majority label of ``draws (S, T)``, each draw relabelled to the last one first
-    (:func:`numpyro_hdphmm.diagnostics.relabel`), so that a label switch cannot split a state."""
+    (:func:`numpyro_hdphmm.results.diagnostics.relabel`), so that a label switch cannot split a state."""
     aligned = np.asarray(nh.diagnostics.relabel(draws, draws[-1])[0])
     votes = np.zeros((draws.shape[-1], int(aligned.max()) + 1), np.int32)
     np.add.at(votes, (np.broadcast_to(np.arange(draws.shape[-1]), aligned.shape), aligned), 1)

@@ -9,7 +9,7 @@ warm-up); every ``--thin``-th sweep of the second half records the explicit draw
 (``y_trans``, ``y_probs``: the rows and word distributions drawn given the seating).  The test
 perplexity is the paper's eqs. 38-39, ``exp(-log p(y_test | y_train) / 1000)`` with the
 predictive averaged over the recorded draws, each scored exactly by the forward algorithm
-(:func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood`) instead of the paper's
+(:func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood`) instead of the paper's
 100-particle filter over seatings.  The paper's numbers: 48 h of C++ per run on a 3 GHz Xeon, an
 HCRP emission prior (the package has a symmetric Dirichlet), mean over 18 runs.
 

@@ -4,14 +4,15 @@ The (sticky) HDP-HMM as NumPyro distributions (:class:`StickyHDPHMM`, :class:`HD
 latent structure :func:`sample` declares as explicit sites of a user's model, the parts as
 distributions of their own (:class:`GEM`, :class:`HDPTransitions`, :class:`MarkovChain`), a
 marginal :class:`HiddenMarkovModel` for NUTS/SVI, and conjugate emission families in
-:mod:`numpyro_hdphmm.emissions`.  After sampling: state posteriors from the draws
-(:func:`viterbi`, :func:`smooth`, :func:`posterior_state_marginals`,
-:func:`marginal_log_likelihood`), label switching undone (:func:`relabel_samples`), the Bayes
-point estimate of the segmentation (:func:`point_segmentation`), forecasts (:func:`forecast`) and
-ArviZ conversion (:func:`to_inference_data`).
+:mod:`numpyro_hdphmm.emissions`.  After sampling (the subpackage :mod:`numpyro_hdphmm.results`,
+whose names are also attributes here): state posteriors from the draws (:func:`viterbi`,
+:func:`smooth`, :func:`posterior_state_marginals`, :func:`marginal_log_likelihood`), label
+switching undone (:func:`relabel_samples`), the Bayes point estimate of the segmentation
+(:func:`point_segmentation`), forecasts (:func:`forecast`), ArviZ conversion
+(:func:`to_inference_data`) and diagnostics (:mod:`numpyro_hdphmm.results.diagnostics`).
 """
 
-from numpyro_hdphmm import datasets, diagnostics, emissions, infer, labels, models, posterior
+from numpyro_hdphmm import datasets, emissions, infer, models, results
 from numpyro_hdphmm.distributions import (
     GEM,
     EmissionLikelihood,
@@ -21,11 +22,20 @@ from numpyro_hdphmm.distributions import (
     WeakLimitBeta,
 )
 from numpyro_hdphmm.models import HDPHMM, StickyHDPHMM
-from numpyro_hdphmm.arviz import to_inference_data
-from numpyro_hdphmm.labels import point_segmentation, relabel_samples
-from numpyro_hdphmm.posterior import marginal_log_likelihood, posterior_state_marginals, smooth, viterbi
-from numpyro_hdphmm.predictive import forecast
 from numpyro_hdphmm.primitives import sample
+from numpyro_hdphmm.results import (
+    diagnostics,
+    forecast,
+    labels,
+    marginal_log_likelihood,
+    point_segmentation,
+    posterior,
+    posterior_state_marginals,
+    relabel_samples,
+    smooth,
+    to_inference_data,
+    viterbi,
+)
 
 __version__ = "0.1.0"
 
@@ -50,6 +60,7 @@ __all__ = [
     "posterior",
     "posterior_state_marginals",
     "relabel_samples",
+    "results",
     "sample",
     "smooth",
     "to_inference_data",

@@ -1,4 +1,4 @@
-"""Tests of numpyro_hdphmm.diagnostics against brute force: matchings over all injective label
+"""Tests of numpyro_hdphmm.results.diagnostics against brute force: matchings over all injective label
 maps, mutual information from scipy.stats.entropy and by hand, co-assignment by a double loop,
 and the predictive likelihood by enumerating every state path of a tiny HMM."""
 
@@ -261,6 +261,7 @@ def test_predictive_gaussian_brute_force(renormalize):
     np.testing.assert_allclose(res.per_draw, per_draw, rtol=1e-10)
     np.testing.assert_allclose(res.log_likelihood, expected, rtol=1e-10)
     assert res.num_observed == 4 and res.per_sequence.shape == (2, 1)
+    np.testing.assert_allclose(res.per_step, expected / 4, rtol=1e-10)
     np.testing.assert_allclose(res.perplexity, np.exp(-expected / 4), rtol=1e-10)
     # the leftover mass matters: the two variants differ
     other = G.predictive_log_likelihood(samples, EMISSION, y[:, None], renormalize=not renormalize)

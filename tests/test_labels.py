@@ -1,4 +1,4 @@
-"""Label switching and the point estimate of the segmentation (``numpyro_hdphmm.labels``).
+"""Label switching and the point estimate of the segmentation (``numpyro_hdphmm.results.labels``).
 
 * ``point_segmentation`` finds the exact minimizer of the posterior expected loss (Binder and
   VI) on enumerable problems: every set partition of a few steps, and the exact posterior of a
@@ -22,7 +22,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm import diagnostics as G
 from numpyro_hdphmm.emissions import GaussianNIW
 from numpyro_hdphmm.infer import weak_limit
-from numpyro_hdphmm.labels import expected_partition_loss, find_state_sites
+from numpyro_hdphmm.results.labels import expected_partition_loss, find_state_sites
 
 
 # ------------------------------------------------------------------------ brute force losses
@@ -185,7 +185,7 @@ def two_regime_posteriors(num=40, n=80, S=100):
 
 def test_point_segmentation_tries_one_cluster_and_merges():
     """The issue's failure: the greedy search stayed at two clusters where one is better."""
-    from numpyro_hdphmm.labels import _merge_deltas  # noqa: PLC2701 (a test of the module's own helper)
+    from numpyro_hdphmm.results.labels import _merge_deltas  # noqa: PLC2701 (a test of the module's own helper)
 
     cases = two_regime_posteriors()
     for i in (6, 30, 38):
@@ -210,7 +210,7 @@ def test_point_segmentation_tries_one_cluster_and_merges():
 def test_point_segmentation_brute_force_with_merge_optima(loss):
     """All partitions of 5-7 steps, on posteriors whose optimum is often one or two clusters, and
     no merge of two clusters of the estimate lowers the loss."""
-    from numpyro_hdphmm.labels import _merge_deltas  # noqa: PLC2701
+    from numpyro_hdphmm.results.labels import _merge_deltas  # noqa: PLC2701
 
     rng = np.random.default_rng(7)
     for _ in range(5):

@@ -67,7 +67,7 @@ print(f"{N_TRAIN} training sentences ({len_train.sum()} tokens), {N_TEST} test s
 
 # %%
 # The held-out per-token log-likelihood of the true parameters (the forward algorithm, through
-# :func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood` with a single "draw": rows in
+# :func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood` with a single "draw": rows in
 # ``y_trans`` with the start row last, emission probabilities in ``y_probs``) is the ceiling.
 
 emission = nh.emissions.Categorical(V, 0.1)
@@ -111,7 +111,7 @@ def fit(model, options, train, test, chunk, chunks, updates_per_pass, max_strata
         clock += elapsed if i > 0 else 0.0  # the first chunk: compilation
         state = result.state
         ll = svi.predictive_log_likelihood(result.params, *test)
-        points.append(((i + 1) * chunk / updates_per_pass, clock, float(ll.per_token)))
+        points.append(((i + 1) * chunk / updates_per_pass, clock, float(ll.per_step)))
     return np.array(points)  # (passes, seconds, per-token log-likelihood)
 
 

@@ -32,7 +32,7 @@ of the Hamming distance to the true states over the initializations against the 
 started from prior draws (vectorized).  Hamming distance: normalized, after the optimal
 (Hungarian) relabelling; the paper's greedy matching can only give larger distances.
 Log-likelihood: ``log p(y | pi, theta)`` of each draw with the states summed out (forward
-algorithm, :func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood`).
+algorithm, :func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood`).
 """
 
 import os

@@ -208,7 +208,7 @@ fig.tight_layout()
 # paper's HCRP emission prior, ``nh.emissions.hierarchical_categorical``, is compared on the full
 # text in the benchmarks), one chain per mode, and minutes instead of 48 h.  The
 # test perplexity is the paper's eqs. 38-39 with the posterior draws' parameters
-# (:func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood`, the forward algorithm per draw)
+# (:func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood`, the forward algorithm per draw)
 # instead of a particle filter over seatings.
 
 NUM_TRAIN, NUM_WARMUP, NUM_SAMPLES, CAPACITY = (1500, 5, 5, 40) if QUICK else (10000, 100, 50, 150)

@@ -13,7 +13,7 @@ The model: the HDP-HMM with categorical emissions and a symmetric Dirichlet prio
 (:class:`numpyro_hdphmm.emissions.Categorical`), Gamma hyperpriors with exact updates, sampled
 by :class:`~numpyro_hdphmm.infer.WeakLimitGibbs` (blocked FFBS over the whole text per sweep).
 The last 1,000 words are held out, as in the paper, and scored by the predictive perplexity
-(:func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood`).
+(:func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood`).
 """
 
 import os

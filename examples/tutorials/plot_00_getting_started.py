@@ -114,7 +114,7 @@ plt.tight_layout()
 # Segmentation
 # ------------
 # State labels are arbitrary (any permutation gives the same posterior), so a draw is compared
-# to the truth after the optimal relabelling: :func:`numpyro_hdphmm.diagnostics.hamming_distance`
+# to the truth after the optimal relabelling: :func:`numpyro_hdphmm.results.diagnostics.hamming_distance`
 # is the fraction of time steps labelled differently after the Hungarian matching of states.
 
 states = np.asarray(mcmc.get_samples(group_by_chain=True)["y_states"])  # (chains, draws, T)
@@ -125,9 +125,9 @@ print("normalized Hamming distance, last draw of each chain:", np.round(hamming[
 # One draw is one sample, not an answer.  The posterior's point estimate of the segmentation is
 # :func:`numpyro_hdphmm.point_segmentation` (the partition of the steps with the least expected
 # variation of information to the draws, over all chains; no relabelling needed), and
-# :func:`numpyro_hdphmm.labels.step_agreement` gives, per step, the fraction of draws that put
+# :func:`numpyro_hdphmm.results.labels.step_agreement` gives, per step, the fraction of draws that put
 # the step in its estimated state (the strip below the plot): low at uncertain change points.
-# Its number of clusters is the third count :func:`numpyro_hdphmm.labels.print_summary` reports,
+# Its number of clusters is the third count :func:`numpyro_hdphmm.results.labels.print_summary` reports,
 # beside the raw and the effective ones (:doc:`/practical`).
 
 flat = states.reshape(-1, states.shape[-1])

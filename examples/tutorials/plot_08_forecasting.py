@@ -11,7 +11,7 @@ NumPyro's ``Predictive`` works unchanged:
   redraws every observation given the sampled states and parameters;
 * **forecasts**: :func:`numpyro_hdphmm.forecast` continues each sequence ``h`` steps past its
   end from each posterior draw (the last state, then the rows, then the emissions);
-* **held-out likelihood**: :func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood` sums
+* **held-out likelihood**: :func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood` sums
   the states out of a held-out sequence by the forward algorithm for each draw.
 
 The data: the first 900 steps of Fox et al.'s experiment A are observed; the last 100 are held

@@ -5,14 +5,14 @@ Label switching and summaries
 The posterior of an HDP-HMM is invariant to permutations of the state labels: "state 3" of one
 chain is not "state 3" of another, and a chain may swap labels between draws.  Quantities that
 depend on the labels (``y_mu[:, 0]``, ``y_beta[:, 2]``) therefore do not summarize well across
-chains, while label-invariant ones always do.  :mod:`numpyro_hdphmm.diagnostics` provides:
+chains, while label-invariant ones always do.  :mod:`numpyro_hdphmm.results.diagnostics` provides:
 
-* :func:`~numpyro_hdphmm.diagnostics.num_states`: distinct states per draw;
-* :func:`~numpyro_hdphmm.diagnostics.coassignment_matrix`: ``P(z_s = z_t)`` over draws, ``(T, T)``;
-* :func:`~numpyro_hdphmm.diagnostics.hamming_distance` and
-  :func:`~numpyro_hdphmm.diagnostics.relabel`: optimal (Hungarian) matching of one labelling to
+* :func:`~numpyro_hdphmm.results.diagnostics.num_states`: distinct states per draw;
+* :func:`~numpyro_hdphmm.results.diagnostics.coassignment_matrix`: ``P(z_s = z_t)`` over draws, ``(T, T)``;
+* :func:`~numpyro_hdphmm.results.diagnostics.hamming_distance` and
+  :func:`~numpyro_hdphmm.results.diagnostics.relabel`: optimal (Hungarian) matching of one labelling to
   another;
-* :func:`~numpyro_hdphmm.diagnostics.mutual_information`: (normalized) mutual information
+* :func:`~numpyro_hdphmm.results.diagnostics.mutual_information`: (normalized) mutual information
   between labellings.
 """
 

@@ -393,7 +393,20 @@ class AutoRegressive(EmissionFamily):
         return ll.T
 
     def sample_observations(self, rng_key, params, states) -> jax.Array:
-        """Generate ``y (T, D)`` sequentially with ``lax.scan`` from the presample values (``center``)."""
+        """Generate ``y (T, D)`` sequentially with ``lax.scan`` from the presample values (``center``):
+        :meth:`sample_continuation` of ``order`` presample lags."""
+        init = jnp.broadcast_to(self._presample(jnp.result_type(params["A"])), (self.order, self.dim))
+        return self.sample_continuation(rng_key, params, states, init)
+
+    @property
+    def num_lags(self) -> int:
+        """``order``: ``y_t`` depends on ``y_{t-1}, ..., y_{t-p}``."""
+        return self.order
+
+    def sample_continuation(self, rng_key, params, states, lags) -> jax.Array:
+        """``y_{T+1:T+h} (h, D)`` continuing from ``lags (p, D)`` (``lags[j] = y_{T-j}``, the lag layout
+        of :meth:`prepare`): ``y_{T+s} = A_z [y_{T+s-1}; ...; y_{T+s-p}; 1] + L_z eps`` with ``L_z
+        L_z^T = Sigma_z``, one ``lax.scan`` over the ``h`` steps of ``states (h,)``."""
         states = jnp.asarray(states)
         A = params["A"]
         chol = _mniw.cholesky(params["cov"])
@@ -405,8 +418,7 @@ class AutoRegressive(EmissionFamily):
             lags = jnp.concatenate([y[None], lags[:-1]], axis=0)
             return lags, y
 
-        init = jnp.broadcast_to(self._presample(jnp.result_type(A)), (self.order, self.dim))
-        _, ys = jax.lax.scan(step, init, (states, eps))
+        _, ys = jax.lax.scan(step, jnp.asarray(lags).astype(jnp.result_type(A)), (states, eps))
         return ys
 
     # ------------------------------------------------------------------ expected statistics

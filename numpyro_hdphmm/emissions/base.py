@@ -222,6 +222,26 @@ class EmissionFamily:
         """
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ continuing a sequence
+    @property
+    def num_lags(self) -> int:
+        """``p``: how many past observations the density of ``y_t`` conditions on,
+        ``f(y_t | theta, y_{t-p:t-1})``.  0 (the default): the observations are independent given
+        the states; an autoregression of order ``p``: ``p``.  A forecast
+        (:func:`numpyro_hdphmm.forecast`) passes the last ``p`` observed values to
+        :meth:`sample_continuation`."""
+        return 0
+
+    def sample_continuation(self, rng_key, params: Params, states, lags) -> jax.Array:
+        """Draw ``y_{T+1:T+h}`` continuing an observed sequence, for the states ``states (h,)`` of the
+        continuation: ``y_{T+s} ~ f(. | theta_{z_{T+s}}, y_{T+s-p:T+s-1})``.
+
+        ``lags (p, *event_shape)`` are the last ``p = num_lags`` values before the continuation,
+        most recent first (``lags[j] = y_{T-j}``).  Returns ``(h, *event_shape)``.  Default (a
+        family with ``num_lags == 0``): :meth:`sample_observations`, ``lags`` unused.
+        """
+        return self.sample_observations(rng_key, params, states)
+
     # ------------------------------------------------------------------ expected statistics
     # Variational inference (numpyro_hdphmm.infer.CollapsedSVI) keeps *expected* statistics: the
     # :meth:`sufficient_statistics` of soft weights ``weights[t, k] = q(z_t = k)`` (fractional

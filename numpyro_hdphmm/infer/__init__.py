@@ -15,7 +15,7 @@ Every MCMC kernel is an :class:`~numpyro_hdphmm.infer.plumbing.adapter.HDPKernel
 :class:`~numpyro_hdphmm.infer.contract.Algorithm` (the pure core); :func:`~numpyro_hdphmm.infer.plumbing.discovery.discover`
 finds the model's sites and the update plan once, before compilation (``kernel.update_plan(...)``).
 ``CollapsedSVI`` is a fitter that mirrors ``numpyro.infer.SVI`` (``init``/``update``/``run``/``get_params``)
-on the same models, its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi` and :mod:`numpyro_hdphmm._core.cvi`;
+on the same models (the package :mod:`numpyro_hdphmm.infer.collapsed_svi`), its pure core in :mod:`numpyro_hdphmm.infer.collapsed_svi.core` and :mod:`numpyro_hdphmm._core.cvi`;
 ``numpyro.infer.SVI(model, CollapsedGuide(model, ...), optim, CollapsedELBO())`` makes the same updates through
 NumPyro's own SVI loop.
 ``WeakLimitGibbs(model, mesh=sequence_mesh())`` and ``BeamSampler(model, mesh=...)`` split the sequences over

@@ -19,7 +19,7 @@ from scipy import stats
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.emissions import CustomEmission
 from numpyro_hdphmm.emissions import custom as custom_module
-from numpyro_hdphmm.diagnostics import hamming_distance
+from numpyro_hdphmm.results.diagnostics import hamming_distance
 from numpyro_hdphmm.infer import WeakLimitGibbs
 
 K = 4

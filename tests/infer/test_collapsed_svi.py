@@ -362,7 +362,7 @@ def sim_model(y, lengths=None):
     nh.sample("y", hmm, obs=y, lengths=lengths)
 
 
-def true_per_token(y, lengths, params):
+def true_per_step(y, lengths, params):
     log_init, log_trans, log_emit = params
     ll = jnp.asarray(log_emit.T[y])
     valid = jnp.arange(y.shape[1]) < jnp.asarray(lengths)[:, None]
@@ -397,7 +397,7 @@ def test_recovery_finite_hmm_minibatches(simulated):
     (y, lengths, z, truth), (y_test, len_test, _, _) = simulated
     svi = CollapsedSVI(sim_model, num_states=K_TRUE, batch_size=20, step_size=RobbinsMonro(1.0, 0.6), hdp=False)
     fits = [svi.run(jax.random.key(seed), 60, y, lengths, progress_bar=False) for seed in range(3)]
-    scores = [float(svi.predictive_log_likelihood(f.params, y, lengths).per_token) for f in fits]
+    scores = [float(svi.predictive_log_likelihood(f.params, y, lengths).per_step) for f in fits]
     best = fits[int(np.argmax(scores))]
     assert isinstance(best.state, CollapsedSVIState) and best.losses.shape == (60,)
     paths = np.asarray(svi.viterbi(best.params, y, lengths))
@@ -407,7 +407,13 @@ def test_recovery_finite_hmm_minibatches(simulated):
     assert np.isfinite(report.relative_change) and ("NOT converged" in str(report)) != report.converged
     held_out = svi.predictive_log_likelihood(best.params, y_test, len_test)
     assert int(held_out.num_observed) == int(np.sum(len_test))
-    assert abs(float(held_out.per_token) - true_per_token(y_test, len_test, truth)) < 0.03
+    assert abs(float(held_out.per_step) - true_per_step(y_test, len_test, truth)) < 0.03
+    # the result of the MCMC diagnostics, with one parameter value (S = 1)
+    assert isinstance(held_out, nh.diagnostics.PredictiveLogLikelihood)
+    assert held_out.per_draw.shape == (1,) and held_out.per_sequence.shape == (1, len(len_test))
+    np.testing.assert_allclose(held_out.per_draw, [held_out.log_likelihood], rtol=1e-12)
+    np.testing.assert_allclose(np.sum(held_out.per_sequence), held_out.log_likelihood, rtol=1e-12)
+    np.testing.assert_allclose(held_out.perplexity, np.exp(-held_out.per_step), rtol=1e-12)
 
 
 @pytest.mark.slow
@@ -425,9 +431,9 @@ def test_recovery_hdp_heldout(simulated):
 
     svi = CollapsedSVI(model, num_states=4, batch_size=20, step_size=RobbinsMonro(1.0, 0.6))
     fits = [svi.run(jax.random.key(seed), 60, y, lengths, progress_bar=False) for seed in range(3)]
-    best = max(fits, key=lambda f: float(svi.predictive_log_likelihood(f.params, y, lengths).per_token))
-    held_out = float(svi.predictive_log_likelihood(best.params, y_test, len_test).per_token)
-    assert abs(held_out - true_per_token(y_test, len_test, truth)) < 0.03
+    best = max(fits, key=lambda f: float(svi.predictive_log_likelihood(f.params, y, lengths).per_step))
+    held_out = float(svi.predictive_log_likelihood(best.params, y_test, len_test).per_step)
+    assert abs(held_out - true_per_step(y_test, len_test, truth)) < 0.03
     p = best.params
     assert np.all(np.asarray(p["sticks_u"]) > 0) and np.all(np.asarray(p["sticks_v"]) > 0)
     assert float(p["alpha_shape"]) != 2.0 and float(p["gamma_rate"]) != 2.0  # q(alpha), q(gamma) moved
@@ -527,9 +533,9 @@ def test_uncollapsed_baseline_and_gaussian_family(simulated):
     (y, lengths, z, truth), (y_test, len_test, _, _) = simulated
     svi = CollapsedSVI(sim_model, num_states=K_TRUE, batch_size=20, hdp=False, collapsed=False)
     fits = [svi.run(jax.random.key(seed), 60, y, lengths, progress_bar=False) for seed in range(3)]
-    best = max(fits, key=lambda f: float(svi.predictive_log_likelihood(f.params, y, lengths).per_token))
-    held_out = float(svi.predictive_log_likelihood(best.params, y_test, len_test).per_token)
-    assert abs(held_out - true_per_token(y_test, len_test, truth)) < 0.05
+    best = max(fits, key=lambda f: float(svi.predictive_log_likelihood(f.params, y, lengths).per_step))
+    held_out = float(svi.predictive_log_likelihood(best.params, y_test, len_test).per_step)
+    assert abs(held_out - true_per_step(y_test, len_test, truth)) < 0.05
 
     def gaussian_model(y, lengths=None):
         hmm = nh.StickyHDPHMM(1.0, 1.0, 0.0, E.GaussianNIW(np.zeros(2), 0.1, 4.0, np.eye(2)), max_states=4)
@@ -664,7 +670,7 @@ def test_numpyro_svi_run_stable_update_minibatch_and_draws(numpyro_svi, simulate
     assert np.isnan(float(nan_loss)) and _same(skipped.mutable_state[STATE_SITE].state.step, bad.state.step)
     params = guide.get_params(run.state)
     held = guide.predictive_log_likelihood(params, y, lengths)
-    assert float(held.per_token) == float(guide.fitter.predictive_log_likelihood(ref.params, y, lengths).per_token)
+    assert float(held.per_step) == float(guide.fitter.predictive_log_likelihood(ref.params, y, lengths).per_step)
     draws = Predictive(sim_model, guide=guide, params=params, num_samples=2, return_sites=["y_states", "y_probs"])(
         jax.random.key(2), y, lengths)
     assert draws["y_states"].shape == (2,) + y.shape and draws["y_probs"].shape[0] == 2

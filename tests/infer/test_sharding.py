@@ -178,5 +178,5 @@ def test_mesh_arguments_are_validated():
         CollapsedSVI(model, mesh="all")
     with pytest.raises(ValueError, match="`sequence_axes` needs an explicit `mesh`"):
         CollapsedSVI(model, sequence_axes="sequences")
-    with pytest.warns(DeprecationWarning, match="shard=.... is deprecated"):
-        assert CollapsedSVI(model, shard=False).sharding.mesh is None
+    with pytest.raises(TypeError, match="shard"):  # the alias of mesh= is gone (unreleased 0.1.0)
+        CollapsedSVI(model, shard=False)

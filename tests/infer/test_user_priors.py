@@ -17,7 +17,7 @@ from numpyro.infer import MCMC, NUTS
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.diagnostics import hamming_distance
+from numpyro_hdphmm.results.diagnostics import hamming_distance
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
 from numpyro_hdphmm.infer import weak_limit
 

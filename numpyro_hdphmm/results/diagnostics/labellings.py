@@ -1,4 +1,4 @@
-r"""Label-invariant summaries of sampled state sequences, held-out likelihood and a plot.
+r"""Label-invariant comparisons and summaries of sampled state sequences.
 
 HDP-HMM posteriors are invariant to permutations of the state labels (label switching), so
 draws are compared to a reference or to one another only through label-invariant quantities:
@@ -13,29 +13,21 @@ function                              what it computes
 :func:`adjusted_mutual_information`   scikit-learn's adjusted mutual information (``metrics``)
 :func:`coassignment_matrix`           ``P(z_s = z_t)`` over draws, ``(T, T)``
 :func:`num_states`                    number of distinct states in each draw
-:func:`predictive_log_likelihood`     ``log (1/S) sum_s p(y_heldout | pi^(s), theta^(s))``
-:func:`plot_segmentation`             observations coloured by (inferred and true) state
 ====================================  ============================================================
 
 Conventions: a labelling is an integer array ``(..., T)`` (leading axes are draws or other
 batch axes); negative entries (``-1``, the padding of :func:`numpyro_hdphmm.datasets.load_mocap6`)
-mark steps that carry no label and are left out of every count.  Everything except
-:func:`predictive_log_likelihood` (JAX) is NumPy/SciPy on the host.
+mark steps that carry no label and are left out of every count.  Everything here is
+NumPy/SciPy on the host.
 """
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple, Optional
+from typing import Optional
 
-import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 from scipy.special import xlogy
-
-from numpyro_hdphmm.emissions.base import EmissionFamily
-from numpyro_hdphmm.posterior import as_sequences, marginal_log_likelihood
 
 __all__ = [
     "relabel",
@@ -45,9 +37,6 @@ __all__ = [
     "adjusted_mutual_information",
     "coassignment_matrix",
     "num_states",
-    "PredictiveLogLikelihood",
-    "predictive_log_likelihood",
-    "plot_segmentation",
 ]
 
 
@@ -206,7 +195,7 @@ def hamming_distance(states, reference, normalize: bool = True):
     relabelling of :func:`relabel` (``sum_t [m(z_t) != r_t]``, divided by the number of
     labelled steps when ``normalize``).
 
-    Fox et al. (2007, Sec. VII; notes Sec. 2.7) relabel GREEDILY (true states in decreasing
+    Fox et al. (2007, Sec. VII) relabel GREEDILY (true states in decreasing
     frequency, each matched to the unused estimated label of largest overlap); the greedy
     matching is one feasible matching, so its distance is never smaller than the optimal
     one used here (they often coincide when the estimate is close to the truth).
@@ -385,208 +374,3 @@ def num_states(draws):
     s = np.sort(np.where(draws >= 0, draws, -1), axis=-1)
     distinct = 1 + np.sum(s[..., 1:] != s[..., :-1], axis=-1)
     return (distinct - (s[..., 0] < 0)).astype(np.int64)
-
-
-# ------------------------------------------------------------------ predictive likelihood
-class PredictiveLogLikelihood(NamedTuple):
-    """Result of :func:`predictive_log_likelihood`.
-
-    log_likelihood : ``()`` ``log (1/S) sum_s exp(per_draw[s])``
-    per_draw : ``(S,)`` ``log p(y_heldout | pi^(s), theta^(s))`` (all sequences)
-    per_sequence : ``(S, N)`` the same per held-out sequence (``N = 1`` for one sequence)
-    num_observed : number of held-out steps that carry an observation (not missing/padding)
-    perplexity : ``exp(-log_likelihood / num_observed)`` (meaningful for discrete data)
-    """
-
-    log_likelihood: np.ndarray
-    per_draw: np.ndarray
-    per_sequence: np.ndarray
-    num_observed: int
-    perplexity: np.ndarray
-
-
-def predictive_log_likelihood(samples, emission, y_heldout, name: str = "y", lengths=None,
-                              renormalize: bool = False, batch_size: Optional[int] = None,
-                              method: str = "forward", num_particles: int = 100, rng_key=None
-                              ) -> PredictiveLogLikelihood:
-    r"""Held-out predictive log-likelihood from posterior draws of an HDP-HMM.
-
-    For every draw ``s`` the states are summed out by the forward algorithm (Rabiner 1989
-    eq. 103, through :func:`numpyro_hdphmm.marginal_log_likelihood`):
-
-    ``l_s = log p(y_heldout | pi^(s), theta^(s)) = log sum_z pi0(z_1) f(y_1 | theta_{z_1})
-    prod_t pi_{z_{t-1} z_t} f(y_t | theta_{z_t})``
-
-    with the start row ``pi0 = trans[K, :K]`` (the LAST row of ``{name}_trans``), the state rows
-    ``trans[:K, :K]`` and the emission parameters ``{name}_{p}`` of the draw.  The Monte Carlo
-    estimate of the posterior predictive ``p(y_heldout | y_train)`` is
-    ``log (1/S) sum_s exp(l_s)`` (log-mean-exp over draws).  Several held-out sequences are
-    scored jointly (``l_s`` is the sum over sequences, each started from the start row).
-
-    Unrepresented states: the draw's rows put mass ``trans[j, K]`` on states beyond the
-    capacity, whose emission parameters are not instantiated (their predictive would need
-    the prior).  By default (``renormalize=False``) this mass is simply dropped: the result is
-    the probability of the held-out data AND of never leaving the represented states, a
-    lower bound on the predictive of the full model that is exact when the leftover mass is
-    negligible.  ``renormalize=True`` instead renormalizes the first ``K`` columns of every
-    row (the predictive of the ``K``-state HMM conditioned on staying represented).
-
-    Args:
-        samples: dict of posterior draws (``mcmc.get_samples()``) with ``{name}_trans``
-            ``(*S, K+1, K+1)`` and each emission parameter ``{name}_{p}`` ``(*S, K, ...)``; any
-            number of leading draw axes (e.g. chains x draws), flattened.
-        emission: the emission family used by the model (supplies ``param_names``,
-            ``prepare`` and ``log_likelihoods``).
-        y_heldout: ``(T, *event)`` one sequence or ``(N, T, *event)`` several, padded to a
-            common ``T`` and with ``lengths (N,)``; NaN marks a missing observation (skipped,
-            the transition is still applied).  For autoregressive emissions the presample
-            values of each held-out sequence are zero (the family's ``prepare``).
-        name: the name given to :func:`numpyro_hdphmm.sample`.
-        lengths: optional ``(N,)`` int sequence lengths.
-        renormalize: see above.
-        batch_size: draws processed together (``jax.lax.map``); default one at a time.
-        method: ``"forward"`` (exact, the default) or ``"particle"``: ``l_s`` estimated by a
-            particle filter of ``num_particles`` particles per draw and sequence, the evaluation
-            of the restricted-collapsed-draw paper (eqs. 38-39 with 100 particles; see
-            :func:`numpyro_hdphmm.marginal_log_likelihood`).  ``exp(l_s)`` is then unbiased, so
-            the estimate of ``p(y_heldout | y_train)`` stays unbiased, with more variance.
-        num_particles, rng_key: the particle filter's size and PRNG key (``method="particle"``).
-
-    Returns:
-        :class:`PredictiveLogLikelihood`.  ``perplexity = exp(-log_likelihood / n)`` with ``n``
-        the number of observed held-out steps (the per-word perplexity of RCD eq. 38-39 for
-        categorical data).
-    """
-    if not isinstance(emission, EmissionFamily):
-        raise ValueError(f"`emission` must be an EmissionFamily, got {type(emission).__name__}.")
-    as_sequences(emission, y_heldout, lengths, "y_heldout")  # errors name `y_heldout`
-    res = marginal_log_likelihood(emission, samples, y_heldout, lengths=lengths, name=name,
-                                  renormalize=renormalize, batch_size=batch_size, method=method,
-                                  num_particles=num_particles, rng_key=rng_key)
-    num_draws = int(np.prod(np.shape(samples[f"{name}_trans"])[:-2]))
-    per_sequence = jnp.reshape(res.total, (num_draws, -1))
-    num_observed = int(np.sum(np.asarray(res.observed)))
-    per_draw = jnp.sum(per_sequence, axis=-1)
-    total = logsumexp(per_draw) - math.log(num_draws)
-    perplexity = jnp.exp(-total / max(num_observed, 1))
-    return PredictiveLogLikelihood(
-        np.asarray(total), np.asarray(per_draw), np.asarray(per_sequence), num_observed, np.asarray(perplexity)
-    )
-
-
-# ------------------------------------------------------------------------------------ plot
-def _state_colors(labels: np.ndarray, palette: np.ndarray, cmap) -> np.ndarray:
-    """``(T,)`` labels -> ``(1, T, 4)`` RGBA image (transparent where the label is negative).
-
-    The colour of a label is its rank in ``palette`` (the sorted labels shown in the figure),
-    modulo the colormap size, so distinct labels get distinct colours whenever there are at
-    most ``cmap.N`` of them.
-    """
-    rank = np.searchsorted(palette, np.maximum(labels, 0))
-    rgba = np.asarray(cmap(np.mod(rank, cmap.N)), dtype=float)
-    rgba[labels < 0] = 0.0
-    return rgba[None]
-
-
-def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str = "tab10",
-                      alpha: float = 0.35, match_colors: bool = True, title: Optional[str] = None,
-                      agreement=None):
-    r"""Plot a sequence with its segmentation: the observations as lines over a background
-    coloured by the inferred state, and, when ``true_states`` is given, a second row showing
-    the true states in the same colours; with ``agreement``, a last row showing the per-step
-    posterior probability of the segmentation.
-
-    For a posterior summary pass the Bayes point estimate
-    (``numpyro_hdphmm.point_segmentation(draws).labels``) as ``states`` and
-    ``numpyro_hdphmm.labels.step_agreement(draws, labels)`` as ``agreement``, not one draw.
-
-    Args:
-        observations: ``(T,)`` or ``(T, D)`` (each column a line; NaN rows leave gaps).
-        states: ``(T,)`` inferred labels (negative: no colour).
-        true_states: optional ``(T,)`` true labels.
-        ax: ``None`` (a new figure), one ``Axes`` (the true states then go in a strip inset
-            below it) or a sequence of two ``Axes``.
-        cmap: a qualitative matplotlib colormap name; the labels shown are coloured in order
-            (distinct colours for up to ``cmap.N`` labels, then the colours repeat).
-        alpha: opacity of the state colours behind the observations.
-        match_colors: relabel ``states`` to ``true_states`` with :func:`relabel` first, so
-            matched states share a colour.
-        title: optional title of the top panel.
-        agreement: optional ``(T,)`` values in ``[0, 1]`` (NaN: none), e.g. the fraction of
-            posterior draws that put each step in the state ``states`` gives it.
-
-    Returns:
-        the matplotlib ``Figure``.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib import colormaps
-
-    obs = np.asarray(observations, dtype=float)
-    if obs.ndim == 1:
-        obs = obs[:, None]
-    if obs.ndim != 2:
-        raise ValueError(f"`observations` must have shape (T,) or (T, D), got {np.shape(observations)}.")
-    T = obs.shape[0]
-    states = as_labels("states", states)
-    if states.shape != (T,):
-        raise ValueError(f"`states` must have shape ({T},), got {states.shape}.")
-    if true_states is not None:
-        true_states = as_labels("true_states", true_states)
-        if true_states.shape != (T,):
-            raise ValueError(f"`true_states` must have shape ({T},), got {true_states.shape}.")
-        if match_colors and np.any(states >= 0):
-            states, _ = relabel(states, true_states)
-    colormap = colormaps[cmap]
-    shown = [states] if true_states is None else [states, true_states]
-    palette = np.unique(np.concatenate([x[x >= 0] for x in shown] + [np.zeros(1, np.int64)]))
-
-    if agreement is not None:
-        agreement = np.asarray(agreement, dtype=float)
-        if agreement.shape != (T,):
-            raise ValueError(f"`agreement` must have shape ({T},), got {agreement.shape}.")
-    strips = (["true"] if true_states is not None else []) + (["agreement"] if agreement is not None else [])
-    rows = 1 + len(strips)
-    if ax is None:
-        fig, axes = plt.subplots(
-            rows, 1, sharex=True, figsize=(10, 3 + 0.6 * (rows - 1)),
-            gridspec_kw={"height_ratios": [5] + [1] * (rows - 1)}, squeeze=False,
-        )
-        axes = list(axes[:, 0])
-    elif isinstance(ax, (list, tuple, np.ndarray)):
-        axes = list(np.ravel(ax))
-        if len(axes) < rows:
-            raise ValueError(f"`ax` must hold {rows} Axes, got {len(axes)}.")
-        fig = axes[0].figure
-    else:
-        axes = [ax]
-        fig = ax.figure
-        for i in range(rows - 1):
-            axes.append(ax.inset_axes([0.0, -0.22 - 0.16 * i, 1.0, 0.12], sharex=ax))
-
-    top = axes[0]
-    finite = obs[np.isfinite(obs)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    pad = 0.05 * (hi - lo) if hi > lo else 1.0
-    lo, hi = lo - pad, hi + pad
-    top.imshow(_state_colors(states, palette, colormap), aspect="auto", interpolation="nearest",
-               extent=(-0.5, T - 0.5, lo, hi), alpha=alpha, zorder=0)
-    top.plot(np.arange(T), obs, color="k", lw=0.8, zorder=1)
-    top.set_xlim(-0.5, T - 0.5)
-    top.set_ylim(lo, hi)
-    top.set_ylabel("observation")
-    if title:
-        top.set_title(title)
-    for strip, what in zip(axes[1:], strips):
-        if what == "true":
-            strip.imshow(_state_colors(true_states, palette, colormap), aspect="auto", interpolation="nearest",
-                         extent=(-0.5, T - 0.5, 0, 1))
-            strip.set_yticks([])
-            strip.set_ylabel("true", rotation=0, ha="right", va="center")
-        else:
-            strip.fill_between(np.arange(T), agreement, color="0.4", step="mid", lw=0)
-            strip.set_ylim(0, 1)
-            strip.set_yticks([0, 1])
-            strip.set_ylabel("P(state)", rotation=0, ha="right", va="center")
-        strip.set_xlim(-0.5, T - 0.5)
-    axes[rows - 1].set_xlabel("time step")
-    return fig

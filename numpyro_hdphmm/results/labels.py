@@ -21,7 +21,7 @@ An HDP-HMM's posterior is invariant to permutations of the state labels, so diff
 
     The permutations come from a reference: against a given labelling (e.g. the point
     estimate below, or the true states) each draw's states are matched by the Hungarian
-    algorithm (:func:`numpyro_hdphmm.diagnostics.relabel`: maximal overlap, i.e. minimal
+    algorithm (:func:`numpyro_hdphmm.results.diagnostics.relabel`: maximal overlap, i.e. minimal
     Hamming distance); without one, by Stephens' (2000) iterative relabelling (below).
 
 :func:`point_segmentation`
@@ -58,7 +58,7 @@ fraction of pairs of steps on which ``c`` and ``c'`` disagree about being togeth
 index``; Binder 1978), and ``g(x) = x log x``, ``Z = n`` for the variation of information
 ``VI = H(c) + H(c') - 2 I(c, c')`` in nats (Meila 2007).  The expected loss over weighted draws is
 the same expression with the draw terms averaged.  Binder's expected loss is a function of the
-co-assignment matrix ``P`` (:func:`numpyro_hdphmm.diagnostics.coassignment_matrix`):
+co-assignment matrix ``P`` (:func:`numpyro_hdphmm.results.diagnostics.coassignment_matrix`):
 ``sum_{s<t} [c_s = c_t] (1 - P_st) + [c_s != c_t] P_st`` over ``Z``; VI needs the draws themselves
 (Wade & Ghahramani 2018 minimize a lower bound computed from ``P``; here the expectation is
 exact).  The search works on the counts (memory ``O(S K_max K_draws)``, never ``O(T^2)``):
@@ -103,8 +103,8 @@ from jax.scipy.special import xlogy as jax_xlogy
 from scipy.special import xlogy as scipy_xlogy
 
 from numpyro_hdphmm._core.validation import check_static_int
-from numpyro_hdphmm.diagnostics import as_labels, relabel
-from numpyro_hdphmm.posterior import flatten_draws
+from numpyro_hdphmm.results.diagnostics.labellings import as_labels, relabel
+from numpyro_hdphmm.results.posterior import flatten_draws
 
 __all__ = [
     "StateSites",
@@ -238,7 +238,7 @@ def relabel_samples(samples, reference=None, *, name: str = "y", lengths=None, e
             labelling of the steps, ``(T,)`` / ``(N, T)`` like one draw of ``{name}_states``,
             with labels ``< K`` (negative = skip), e.g. ``point_segmentation(...).labels`` or
             the true states: every draw is matched to it by the Hungarian algorithm
-            (:func:`numpyro_hdphmm.diagnostics.relabel` with ``permutation=True``), and the
+            (:func:`numpyro_hdphmm.results.diagnostics.relabel` with ``permutation=True``), and the
             states of each draw then carry the labels of the reference clusters they overlap
             most.
         name: the name given to :func:`numpyro_hdphmm.sample`.
@@ -675,7 +675,7 @@ def step_agreement(draws, labels, *, lengths=None) -> np.ndarray:
     r"""Per-step posterior probability that a step is in the state a segmentation gives it.
 
     Every draw is matched to ``labels`` (e.g. ``point_segmentation(...).labels``) by the
-    Hungarian algorithm (:func:`numpyro_hdphmm.diagnostics.relabel`, maximal overlap), and the
+    Hungarian algorithm (:func:`numpyro_hdphmm.results.diagnostics.relabel`, maximal overlap), and the
     result at step ``t`` is the fraction of draws whose matched label at ``t`` is ``labels[t]``:
     1 where every draw agrees, low at uncertain change points.  Label-invariant.
 

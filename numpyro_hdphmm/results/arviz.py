@@ -24,8 +24,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from numpyro_hdphmm.labels import MIN_SHARE, find_state_sites, kept_states, relabel_samples, state_shares
-from numpyro_hdphmm.posterior import as_sequences, marginal_log_likelihood
+from numpyro_hdphmm.results.labels import MIN_SHARE, find_state_sites, kept_states, relabel_samples, state_shares
+from numpyro_hdphmm.results.posterior import as_sequences, marginal_log_likelihood
 
 __all__ = ["to_inference_data"]
 
@@ -188,14 +188,14 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
       :func:`numpyro_hdphmm.relabel_samples` (Stephens' algorithm), ``relabel=labels`` by
       Hungarian matching to a reference labelling, so that per-state summaries (``az.summary``,
       R-hat) compare the same state across draws and chains; the state axes then hold only the
-      states :func:`numpyro_hdphmm.labels.summary` shows (:func:`numpyro_hdphmm.labels.kept_states`:
+      states :func:`numpyro_hdphmm.results.labels.summary` shows (:func:`numpyro_hdphmm.results.labels.kept_states`:
       at least 1% of the steps in at least half of the draws; ``{name}_trans`` keeps their rows
       and columns and the start row / remainder column ``K``; the labels are in the posterior's
       ``kept_states`` attribute), so ``az.summary`` has no rows of empty slots holding prior
       draws.  The full relabelled draws: :func:`numpyro_hdphmm.relabel_samples`.
     * **number of states**: ``{name}_effective_states`` (posterior) and ``effective_states``
       (sample_stats), the states holding at least 1% of the steps
-      (:func:`numpyro_hdphmm.labels.effective_num_states`), beside the raw ``num_states``.
+      (:func:`numpyro_hdphmm.results.labels.effective_num_states`), beside the raw ``num_states``.
     * **pointwise log-likelihood**, one term per OBSERVED step: missing (NaN) and padded steps are
       removed from the ``log_likelihood`` group (they are not observations; counting them with
       log-likelihood 0 would inflate ``n`` and give Pareto k = inf).  Dims ``(chain, draw,

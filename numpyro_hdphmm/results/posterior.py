@@ -48,10 +48,10 @@ relabel the draws first (:func:`numpyro_hdphmm.relabel_samples`); the label-inva
 per-draw paths is :func:`numpyro_hdphmm.point_segmentation`.
 
 Padded steps (``t >= lengths[n]``) carry no state: Viterbi states ``-1`` (the "no label"
-convention of :mod:`numpyro_hdphmm.diagnostics`), probabilities 0, log-likelihood 0.
+convention of :mod:`numpyro_hdphmm.results.diagnostics`), probabilities 0, log-likelihood 0.
 
 The module also holds the pieces that read an HDP-HMM out of posterior draws, shared with
-:func:`numpyro_hdphmm.forecast` and :func:`numpyro_hdphmm.diagnostics.predictive_log_likelihood`:
+:func:`numpyro_hdphmm.forecast` and :func:`numpyro_hdphmm.results.diagnostics.predictive_log_likelihood`:
 :func:`flatten_draws`, :func:`trace_emission`, :func:`hmm_draws`, :func:`log_hmm_parameters` and
 :func:`as_sequences`.
 """

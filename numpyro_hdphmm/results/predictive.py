@@ -50,10 +50,8 @@ import numpy as np
 from jax import lax, random
 
 from numpyro_hdphmm._core.validation import check_static_int, is_concrete
-from numpyro_hdphmm.emissions import _mniw
-from numpyro_hdphmm.emissions.autoregressive import AutoRegressive
 from numpyro_hdphmm.emissions.base import EmissionFamily
-from numpyro_hdphmm.posterior import flatten_draws, hmm_draws
+from numpyro_hdphmm.results.posterior import flatten_draws, hmm_draws
 
 __all__ = ["forecast"]
 
@@ -68,32 +66,6 @@ def _transition_logits(trans):
     """
     k = trans.shape[-1] - 1
     return jnp.log(trans[:k, :k])
-
-
-def _ar_continue(rng_key, emission: AutoRegressive, params, states, history):
-    """``y_{T+1:T+h}`` of an order-``p`` autoregression continuing from ``history (p, D)``.
-
-    ``history[j] = y_{T-j}`` (most recent first, the lag layout of
-    :meth:`AutoRegressive.prepare`); ``y_{T+s} = A_{z} [y_{T+s-1}; ...; y_{T+s-p}; 1] + L_z eps``
-    with ``L_z L_z^T = Sigma_z``, one ``lax.scan`` over the ``h`` steps.
-    """
-    A = params["A"]
-    chol = _mniw.cholesky(params["cov"])
-    eps = random.normal(rng_key, states.shape + (emission.dim,), jnp.result_type(A))
-
-    def step(lags, inp):
-        z, e = inp
-        y = A[z] @ emission._regressor(lags) + chol[z] @ e
-        return jnp.concatenate([y[None], lags[:-1]], axis=0), y
-
-    _, ys = lax.scan(step, history.astype(jnp.result_type(A)), (states, eps))
-    return ys
-
-
-def _sample_observations(rng_key, emission, params, states, history):
-    if isinstance(emission, AutoRegressive):
-        return _ar_continue(rng_key, emission, params, states, history)
-    return emission.sample_observations(rng_key, params, states)
 
 
 def _forecast_core(rng_key, trans, last, params, history, emission, steps: int, emission_batched: bool):
@@ -115,7 +87,7 @@ def _forecast_core(rng_key, trans, last, params, history, emission, steps: int, 
                 return z, (z, escape[z_prev])
 
             _, (zs, esc) = lax.scan(step, z0.astype(jnp.int32), random.split(k_z, steps))
-            return zs, _sample_observations(k_y, fam, theta, zs, hist), esc
+            return zs, fam.sample_continuation(k_y, theta, zs, hist), esc
 
         return jax.vmap(one_sequence)(random.split(key, num_seq), z_last, history)
 
@@ -184,8 +156,9 @@ def forecast(
         steps: the horizon ``h >= 1`` (static).
         name: the name given to :func:`numpyro_hdphmm.sample`.
         observations: the observed ``y``, ``(T, *event)`` or ``(N, T, *event)``; needed only by
-            autoregressive emissions (their first forecast uses the last ``p`` observations as
-            lags, which must not be NaN).
+            emissions whose observations depend on the past (autoregressive: the family's
+            ``num_lags = p > 0``; their first forecast uses the last ``p`` observations as lags,
+            :meth:`~numpyro_hdphmm.emissions.EmissionFamily.sample_continuation`, which must not be NaN).
         lengths: ``(N,)`` sequence lengths for padded batches; default: every sequence has
             length ``T``.
         batch_ndims: ``1`` (flat samples) or ``2`` (grouped by chain).
@@ -234,13 +207,14 @@ def forecast(
         lengths = jnp.asarray(lengths, jnp.int32)
     last = jnp.take_along_axis(states3, jnp.broadcast_to(lengths - 1, (states3.shape[0], num_seq))[..., None], axis=-1)[..., 0]
 
-    if isinstance(family, AutoRegressive):
+    if family.num_lags > 0:
         if observations is None:
             raise ValueError(
-                "`observations` are required for an autoregressive emission: the forecast starts from "
-                "the last `order` observed values."
+                f"`observations` are required for an emission whose observations depend on the past "
+                f"({type(family).__name__}, num_lags={family.num_lags}, e.g. an autoregression): the forecast "
+                "starts from the last observed values."
             )
-        history = _history(observations, lengths, family.order, num_seq, num_steps, family.event_shape)
+        history = _history(observations, lengths, family.num_lags, num_seq, num_steps, family.event_shape)
     else:
         history = jnp.zeros((num_seq, 0))
 

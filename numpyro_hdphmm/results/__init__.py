@@ -1,0 +1,38 @@
+r"""What to do with posterior draws of an HDP-HMM, by purpose.
+
+* :mod:`~numpyro_hdphmm.results.posterior`: the finite HMM of each draw and its state
+  posteriors (:func:`viterbi`, :func:`smooth`, :func:`posterior_state_marginals`,
+  :func:`marginal_log_likelihood`);
+* :mod:`~numpyro_hdphmm.results.labels`: label switching undone (:func:`relabel_samples`), the
+  Bayes point estimate of the segmentation (:func:`point_segmentation`), per-state summaries;
+* :mod:`~numpyro_hdphmm.results.predictive`: forecasts past the end of the data
+  (:func:`forecast`);
+* :mod:`~numpyro_hdphmm.results.arviz`: ArviZ conversion (:func:`to_inference_data`);
+* :mod:`~numpyro_hdphmm.results.diagnostics`: label-invariant comparisons of segmentations,
+  the held-out predictive log-likelihood and a segmentation plot.
+
+Every name here is also an attribute of :mod:`numpyro_hdphmm` (``nh.viterbi``,
+``nh.diagnostics``, ``nh.labels``, ...).
+"""
+
+from numpyro_hdphmm.results import arviz, diagnostics, labels, posterior, predictive
+from numpyro_hdphmm.results.arviz import to_inference_data
+from numpyro_hdphmm.results.labels import point_segmentation, relabel_samples
+from numpyro_hdphmm.results.posterior import marginal_log_likelihood, posterior_state_marginals, smooth, viterbi
+from numpyro_hdphmm.results.predictive import forecast
+
+__all__ = [
+    "arviz",
+    "diagnostics",
+    "forecast",
+    "labels",
+    "marginal_log_likelihood",
+    "point_segmentation",
+    "posterior",
+    "posterior_state_marginals",
+    "predictive",
+    "relabel_samples",
+    "smooth",
+    "to_inference_data",
+    "viterbi",
+]

@@ -23,6 +23,7 @@ from numpyro.infer import Predictive
 from numpyro.infer.svi import SVIRunResult
 
 from numpyro_hdphmm._core import cvi
+from numpyro_hdphmm.infer.plumbing.programs import Arguments
 from numpyro_hdphmm.infer.collapsed_svi.core import (
     CollapsedSVIState,
     ConstantStepSize,
@@ -44,7 +45,7 @@ from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, SequenceData, dis
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, sequence_mesh
 from numpyro_hdphmm.results.diagnostics.heldout import PredictiveLogLikelihood
 
-__all__ = ["CollapsedSVI", "Convergence", "array_leaves"]
+__all__ = ["CollapsedSVI", "Convergence"]
 
 
 # ================================================================================ results of a run
@@ -72,24 +73,6 @@ class Convergence(NamedTuple):
         verdict = "converged" if self.converged else "NOT converged (run more steps, or pass init_state= to continue)"
         return (f"{verdict}: the mean loss of the last {self.window} updates changed by {self.relative_change:.2e} "
                 f"(relative; rtol {self.rtol:g}) after {self.num_steps} updates{used}")
-
-
-def array_leaves(args, kwargs):
-    """Split ``(args, kwargs)`` into array leaves (traced) and a function rebuilding them."""
-    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    is_array = [isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves]
-    arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
-
-    def rebuild(arrs):
-        it = iter(arrs)
-        return jax.tree_util.tree_unflatten(treedef, [next(it) if a else leaf for leaf, a in zip(leaves, is_array)])
-
-    key = (treedef, tuple(((np.shape(l), str(l.dtype)) if a else l) for l, a in zip(leaves, is_array)))
-    try:
-        hash(key)
-    except TypeError:
-        key = None
-    return arrays, rebuild, key
 
 
 # ================================================================================ the fitter
@@ -235,7 +218,7 @@ class CollapsedSVI:
                 "sites and gamma / alpha sites with Gamma priors; fix the others to constants.")
 
     def _discover(self, args, kwargs):
-        arrays, rebuild, key = array_leaves(args, kwargs)
+        key = Arguments.split(args, kwargs).key
         cached = self._cache.get(("spec", key)) if key is not None else None
         if cached is not None:
             return cached
@@ -250,7 +233,8 @@ class CollapsedSVI:
 
     def _states_shape(self, args, kwargs):
         """Shape of the states site at these arguments (abstract evaluation, cached)."""
-        arrays, rebuild, key = array_leaves(args, kwargs)
+        split = Arguments.split(args, kwargs)
+        arrays, rebuild, key = split.arrays, split.join, split.key
         if key is not None and ("states", key) in self._cache:
             return self._cache[("states", key)]
         site = self._spec.sites.states
@@ -268,7 +252,8 @@ class CollapsedSVI:
     def _view(self, args, kwargs):
         """The model's view (concentrations, emission, data) at these arguments, compiled (the
         compiled function is cached on the arguments' structure and shapes)."""
-        arrays, rebuild, key = array_leaves(args, kwargs)
+        split = Arguments.split(args, kwargs)
+        arrays, rebuild, key = split.arrays, split.join, split.key
         fn = self._cache.get(("view", key)) if key is not None else None
         if fn is None:
             values = {self._spec.sites.states: jnp.zeros(self._states_shape(args, kwargs), jnp.int32)}
@@ -339,7 +324,8 @@ class CollapsedSVI:
         (:func:`scvi_update`).  The emission prior is the one found by :meth:`init` (statistics belong
         to the family that computed them)."""
         self._require_init()
-        arrays, rebuild, key = array_leaves(args, kwargs)
+        split = Arguments.split(args, kwargs)
+        arrays, rebuild, key = split.arrays, split.join, split.key
         fn = self._cache.get(("update", key, self._config)) if key is not None else None
         if fn is None:
             values = {self._spec.sites.states: jnp.zeros(self._states_shape(args, kwargs), jnp.int32)}

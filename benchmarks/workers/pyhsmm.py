@@ -1,5 +1,5 @@
-"""Benchmark worker for pyhsmm (run with the venv that ../shared/bench/pyhsmm/build.sh makes;
-benchmarks/bench_weak_limit.py starts it).
+"""Peer worker for pyhsmm, run by :mod:`benchmarks.harness.peers` under the Python of a venv where
+pyhsmm is built (a standalone script: it imports nothing from this repository).
 
 JSON-lines protocol on stdin / the original stdout (library prints go to stderr):
   {"cmd": "setup", "data": npz, "L": L, "seed": s, "warmup": 10} -> {"ok": true, ...}

@@ -131,23 +131,6 @@ def alice_characters_model(concentration: float, capacity: int, num_symbols: int
     return model, emission
 
 
-def gamma_priors_model(emission_fn: Callable, max_states: int):
-    """Sticky HDP-HMM with Gamma(1, 0.01) priors on gamma, alpha and Gamma(10, 0.1) on kappa,
-    emissions ``emission_fn(y)`` (the stress runs' model)."""
-    import numpyro
-    import numpyro.distributions as dist
-
-    import numpyro_hdphmm as nh
-
-    def model(y):
-        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
-        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
-        kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
-        nh.sample("y", nh.StickyHDPHMM(gamma, alpha, kappa, emission_fn(y), max_states=max_states), obs=y)
-
-    return model
-
-
 def example_module(name: str):
     """The module ``examples/<name>.py`` (the examples are the documentation of their models:
     the motion-capture AR-HMM is defined there once and loaded from there)."""

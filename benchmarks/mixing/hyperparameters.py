@@ -5,8 +5,9 @@ Model: the README's (``README.md``): Fox et al.'s experiment A (T = 1000, 3 stat
 Gamma(1, 0.01)``, ``alpha ~ Gamma(1, 0.01)``, ``kappa ~ Gamma(10, 0.1)``, ``GaussianNIW.
 weakly_informative``, ``max_states = 20``, float32.  For each update and seed, ``num_chains``
 chains of ``WeakLimitGibbs`` vmapped (what ``MCMC(..., chain_method="vectorized")`` runs) from
-the kernel's initialization, the collapsed updates with 1 (the weak limit's default) and with 3
-slice-sampling cycles of ``(alpha, kappa)`` per sweep, 3 of ``gamma``, ``num_warmup + num_samples`` sweeps in one ``lax.scan`` compiled
+the kernel's initialization, the collapsed updates with the kernel's own slice-sampling cycles
+(a variant with other cycles per sweep needs a public kernel option: the suite does not patch the
+package), ``num_warmup + num_samples`` sweeps in one ``lax.scan`` compiled
 ahead of time (seconds = sampling only, compilation reported apart), the same sweeps for every
 update; the seconds are the fastest of 3 runs of the compiled scan.  Over the last ``num_samples`` draws: bulk ESS (``arviz.ess``) and R-hat (``arviz.rhat``)
 of ``gamma``, ``alpha``, ``kappa``, ``num_states`` and the log joint ``lp``, ESS per second of
@@ -14,15 +15,15 @@ sampling, and the normalized Hamming distance of the last draw to the true state
 
 Usage (from the repository root)::
 
-    python benchmarks/bench_hyperparameters.py [--num-warmup 300] [--num-samples 300]
-        [--num-chains 2] [--seeds 0 1 2] [--kernels WeakLimitGibbs] [--repeats 3] [--write]
+    python -m benchmarks.mixing hyperparameters [--num-warmup 300] [--num-samples 300]
+        [--num-chains 2] [--seeds 0 1 2] [--kernels WeakLimitGibbs] [--repeats 3] [--quick]
 
-``--write`` replaces the "Hyperparameter mixing" section of ``docs/benchmarks.md``.  With
+Results: the "Hyperparameter mixing" section of ``benchmarks/results/mixing.json``.  With
 ``--kernels PGAS RCDSampler`` (any of :data:`KERNELS` but the weak limit) the same measurement is
 made for those kernels on the same model (their default options; capacity ``max_states = 20``),
 each kernel's updates compiled first and then run alternately for every seed (interleaved,
 so that the shared machine's load hits them alike) with ``"auxiliary"`` and ``"collapsed"`` (3 cycles, the
-default); ``--write`` then replaces the section "PGAS and RCDSampler hyperparameter mixing".
+default); the section is then "PGAS and RCDSampler hyperparameter mixing".
 """
 
 from __future__ import annotations
@@ -34,18 +35,18 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _docs import write_section  # noqa: E402
+from ..harness import models
+from ..harness import results as suite_results
 
-SECTION = "## Hyperparameter mixing"
-SECTION_OTHERS = "## PGAS and RCDSampler hyperparameter mixing"
+QUESTION = "mixing"
+SECTION = "Hyperparameter mixing"
+SECTION_OTHERS = "PGAS and RCDSampler hyperparameter mixing"
 #: kernels the script can run (the weak limit samples ``weak_limit(model)``, the others the infinite model)
 KERNELS = ("WeakLimitGibbs", "PGAS", "RCDSampler", "BeamSampler", "DirectAssignmentGibbs")
 FIELDS = ("gamma", "alpha", "kappa", "num_states", "lp")
 #: (label, hyperparameters, slice-sampling cycles per sweep of the collapsed updates: ``None`` the
-#: kernel's own, else ``(alpha/kappa cycles, gamma cycles)``)
-UPDATES = (("auxiliary", "auxiliary", None), ("collapsed, 1 + 3 cycles", "collapsed", (1, 3)),
-           ("collapsed, 3 + 3 cycles", "collapsed", (3, 3)))
+#: kernel's own; other cycles need a public kernel option, so only ``None`` is run)
+UPDATES = (("auxiliary", "auxiliary", None), ("collapsed", "collapsed", None))
 #: the other kernels: the auxiliary updates and their default collapsed ones (3 + 3 cycles)
 OTHER_UPDATES = (("auxiliary", "auxiliary", None), ("collapsed, 3 cycles", "collapsed", None))
 
@@ -55,10 +56,8 @@ MAX_STATES = [20]
 
 
 def readme_model():
-    """The README's model: ``bench_weak_limit.experiment_a_model`` with ``L = 20`` (``--max-states``)."""
-    from bench_weak_limit import experiment_a_model
-
-    return experiment_a_model(MAX_STATES[0])
+    """The README's model with ``L = MAX_STATES[0]`` (``--max-states``)."""
+    return models.readme_model(MAX_STATES[0])
 
 
 def run(hyperparameters, cycles, num_warmup, num_samples, num_chains, seed, kernel="WeakLimitGibbs", repeats=3):
@@ -70,10 +69,8 @@ def run(hyperparameters, cycles, num_warmup, num_samples, num_chains, seed, kern
 def run_interleaved(configs, num_warmup, num_samples, num_chains, seed, repeats=3):
     """Several configurations ``(kernel, hyperparameters, cycles)`` on one data set: each compiled
     first, then the compiled runs alternated ``repeats`` times (so that the load of a shared
-    machine falls on all of them alike) and the fastest run of each kept.  ``cycles``:
-    ``(hyper_cycles, gamma_cycles)`` of :func:`numpyro_hdphmm._core.crp.sample_global` (set here by
-    wrapping the function the algorithms call while compiling), ``None`` for the kernel's own.
-    Returns one :func:`run` result per configuration."""
+    machine falls on all of them alike) and the fastest run of each kept.  ``cycles``: must be
+    ``None`` (the kernel's own).  Returns one :func:`run` result per configuration."""
     prepared = [_prepare(*config, num_warmup, num_samples, num_chains, seed) for config in configs]
     best = [(float("inf"), None)] * len(prepared)
     for _ in range(repeats):
@@ -97,21 +94,14 @@ def _prepare(kernel, hyperparameters, cycles, num_warmup, num_samples, num_chain
     import jax
 
     import numpyro_hdphmm as nh
-    from numpyro_hdphmm import infer
-    from numpyro_hdphmm._core import crp
-
+    if cycles is not None:
+        raise ValueError("other slice-sampling cycles need a public kernel option; `cycles` must be None.")
     data = nh.datasets.fox_experiment_a(num_steps=1000, seed=seed)
     y = np.asarray(data.observations, np.float32)
-    kernel = getattr(infer, kernel)(readme_model(), hyperparameters=hyperparameters)
+    kernel = models.kernel(kernel, readme_model(), hyperparameters=hyperparameters)
     state = kernel.init(jax.random.split(jax.random.key(seed), num_chains), num_warmup, None, (y,), {})
     sweeps = num_warmup + num_samples
-    original = crp.sample_global
-    if cycles is not None:
-        crp.sample_global = lambda *a, **k: original(*a, **{**k, "hyper_cycles": cycles[0], "gamma_cycles": cycles[1]})
-    try:
-        compiled, compile_s = compile_scan(kernel, state, (y,), {}, sweeps, FIELDS)
-    finally:
-        crp.sample_global = original
+    compiled, compile_s = compile_scan(kernel, state, (y,), {}, sweeps, FIELDS)
     return {"compiled": compiled, "state": state, "data": data, "sweeps": sweeps, "compile_seconds": compile_s}
 
 
@@ -199,7 +189,7 @@ def kernel_updates(kernels):
     return out
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-warmup", type=int, default=300)
     parser.add_argument("--num-samples", type=int, default=300)
@@ -208,8 +198,12 @@ def main():
     parser.add_argument("--kernels", nargs="+", default=["WeakLimitGibbs"], choices=KERNELS)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each compiled scan (the fastest is timed)")
     parser.add_argument("--max-states", type=int, default=20, help="the model's capacity L")
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 10 + 10 sweeps, 2 chains, seed 0, T = 1000")
+    parser.add_argument("--no-save", action="store_true")
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.num_warmup, args.num_samples, args.num_chains, args.seeds, args.repeats = 10, 10, 2, [0], 1
     MAX_STATES[0] = args.max_states
 
     import jax
@@ -228,8 +222,8 @@ def main():
     text = table(results, args.num_warmup, args.num_samples, args.num_chains,
                  [(label, h, c) for label, _, h, c in runs])
     print(text)
-    if args.write and args.kernels != ["WeakLimitGibbs"]:
-        cmd = "python benchmarks/bench_hyperparameters.py " + " ".join(sys.argv[1:])
+    cmd = suite_results.command_line("mixing hyperparameters", argv)
+    if not args.no_save and args.kernels != ["WeakLimitGibbs"]:
         dev = jax.devices()[0]
         header = (f"Device: `{dev.platform}`, float32, {os.cpu_count()} CPU cores (shared with other jobs: "
                   f"the seconds are noisy), jax {jax.__version__}.  The README's main example as in "
@@ -239,9 +233,8 @@ def main():
                   "two updates of a kernel compiled first (one `lax.scan` each) and then run alternately "
                   f"{args.repeats} times per seed, the fastest run of each timed (compilation excluded).  Per seed, bulk ESS, ESS per second and R-hat "
                   "over the kept draws:\n\n")
-        print("wrote", write_section(SECTION_OTHERS, cmd, header + text))
-    elif args.write:
-        cmd = "python benchmarks/bench_hyperparameters.py " + " ".join(sys.argv[1:])
+        print("saved", suite_results.save(QUESTION, SECTION_OTHERS, header + text, cmd))
+    elif not args.no_save:
         dev = jax.devices()[0]
         header = (f"Device: `{dev.platform}`, float32, {os.cpu_count()} CPU cores (shared with other jobs: "
                   f"the seconds are noisy), jax {jax.__version__}.  The README's main example (Fox et al.'s "
@@ -251,7 +244,7 @@ def main():
                   "`beta`, rows integrated out, and of `log gamma` given the tables, `beta` integrated out), "
                   "the same sweeps; one compiled `lax.scan` per run, compilation excluded, the fastest of 3 runs.  Per seed (the data "
                   "set and the chains' key), bulk ESS, ESS per second and R-hat over the kept draws:\n\n")
-        print("wrote", write_section(SECTION, cmd, header + text))
+        print("saved", suite_results.save(QUESTION, SECTION, header + text, cmd))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Stress runs of the MCMC kernels (issue 18): long series, hostile scales, many sweeps.
+"""Stress runs of the MCMC kernels: long series, hostile scales, many sweeps.
 
 Three parts, float32 throughout, every sweep a jitted ``kernel.sample`` that also counts the
 non-finite entries of every recorded floating-point site and of the log joint ``lp``:
@@ -17,12 +17,13 @@ non-finite entries of every recorded floating-point site and of the log joint ``
   priors on gamma/alpha/kappa) and every kernel, sweeps in compiled blocks of ``--block`` for up to
   ``--many-budget`` seconds each (aim: ``10^5``); the number of sweeps run and of non-finite values.
 
-Usage:
+Usage::
 
-    python benchmarks/bench_stress.py [--quick] [--write]
+    python -m benchmarks.stress [--quick] [--parts long scales many] [--no-save]
 
-``--quick`` shrinks every part (T = 10^5, short budgets); ``--write`` replaces the "Stress"
-section of ``docs/benchmarks.md``.  Run it on a quiet machine: every figure is wall time.
+``--quick`` shrinks every part to a smoke run (T = 2000, budgets of seconds, one kernel);
+results go to the "Stress" section of ``benchmarks/results/stress.json``.  Run it on a quiet
+machine: every figure is wall time.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ import time
 
 import numpy as np
 
-from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
+from .harness import models, results
+from .harness.models import KERNELS
 
-SECTION = "## Stress"
-KERNELS = ("WeakLimitGibbs", "DirectAssignmentGibbs", "BeamSampler", "RCDSampler", "PGAS")
+QUESTION = "stress"
+SECTION = "Stress"
 SCALES = (("offset 1e5", 1e5, 1.0), ("scale 1e-5", 0.0, 1e-5), ("scale 1e8", 0.0, 1e8))
 
 
@@ -61,9 +63,7 @@ def peak_memory_gb():
 
 
 def make_kernel(name, model):
-    from numpyro_hdphmm import infer
-
-    return infer.PGAS(model, num_particles=10) if name == "PGAS" else getattr(infer, name)(model)
+    return models.kernel(name, model, **({"num_particles": 10} if name == "PGAS" else {}))
 
 
 def counting_step(kernel, args, block=1):
@@ -216,10 +216,10 @@ def many_sweeps(target, block, budget_s, kernels):
 
 
 # ------------------------------------------------------------------------------ main
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and short budgets")
-    parser.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
+    parser.add_argument("--no-save", action="store_true", help="print only")
     parser.add_argument("--long-steps", type=int, default=None, help="T of the long series (10^6; quick 10^5)")
     parser.add_argument("--long-sweeps", type=int, default=1000)
     parser.add_argument("--long-budget", type=float, default=None, help="seconds (600; quick 30)")
@@ -230,13 +230,19 @@ def main():
     parser.add_argument("--many-budget", type=float, default=None, help="seconds per kernel (60; quick 10)")
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     parser.add_argument("--parts", nargs="+", default=["long", "scales", "many"], choices=["long", "scales", "many"])
-    args = parser.parse_args()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
     pick = lambda value, full, quick: value if value is not None else (quick if args.quick else full)
-    long_T = pick(args.long_steps, 1_000_000, 100_000)
-    long_budget = pick(args.long_budget, 600.0, 30.0)
-    scale_sweeps = pick(args.scale_sweeps, 100, 20)
-    block = pick(args.block, 1000, 100)
-    many_budget = pick(args.many_budget, 60.0, 10.0)
+    long_T = pick(args.long_steps, 1_000_000, 2000)
+    long_budget = pick(args.long_budget, 600.0, 5.0)
+    scale_sweeps = pick(args.scale_sweeps, 100, 3)
+    block = pick(args.block, 1000, 10)
+    many_budget = pick(args.many_budget, 60.0, 3.0)
+    if args.quick:
+        args.long_sweeps, args.many_sweeps = min(args.long_sweeps, 5), min(args.many_sweeps, 20)
+        args.scale_steps = min(args.scale_steps, 120)
+        if args.kernels == list(KERNELS):
+            args.kernels = ["WeakLimitGibbs"]
 
     import jax
 
@@ -287,9 +293,8 @@ def main():
     text = "\n".join(lines)
     say()
     say(text)
-    if args.write:
-        cmd = " ".join(["python benchmarks/bench_stress.py"] + sys.argv[1:])
-        say(f"wrote {write_section(SECTION, cmd, text)}")
+    if not args.no_save:
+        say(f"saved {results.save(QUESTION, SECTION, text, results.command_line('stress', argv))}")
 
 
 if __name__ == "__main__":

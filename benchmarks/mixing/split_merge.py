@@ -1,4 +1,4 @@
-"""Split-merge moves: issue 16's direct-assignment target, with and without the moves.
+"""Split-merge moves: the direct-assignment sampler with and without them.
 
 The README's model (Fox et al.'s experiment A, ``T = 1000``, Gaussian NIW emissions, Gamma
 priors on gamma, alpha, kappa, ``max_states = 20``) with ``DirectAssignmentGibbs(model,
@@ -8,43 +8,43 @@ Hamming distance to the true states (optimal relabelling), the split-merge accep
 wall time (compilation included) and the ESS of ``num_states``.  The target (issue 16): mode 3,
 median Hamming < 0.05.
 
-With ``--set-a``: PGAS synthetic set A (``benchmarks/bench_beam.py``'s set-up: T = 4000, 4
+With ``--set-a``: PGAS synthetic set A (:mod:`benchmarks.reproductions.set_a`'s set-up: T = 4000, 4
 states, 4 vectorized chains from 10 uniformly random labels, capacity 40) for ``BeamSampler``
 and ``DirectAssignmentGibbs`` with ``split_merge`` in ``--moves``, ``--sweeps`` sweeps.
 
-With ``--five``: issue 16's 2-D 5-state case (``bench_initialization.five_state_data``: T = 10^4,
-L = 30, fixed hyperparameters, ``bench_weak_limit.fixed_model``) for ``WeakLimitGibbs(model,
+With ``--five``: the 2-D 5-state case (:func:`benchmarks.mixing.starts.five_state_data`: T = 10^4,
+L = 30, fixed hyperparameters) for ``WeakLimitGibbs(model,
 split_merge=n)`` from the default ``init_strategy="data"``, ``--chains`` vectorized chains
 (seeds), ``--sweeps`` sweeps: the Hamming distance per chain after the last sweep, the first
 sweep at which each chain is at Hamming 0, and seconds per sweep (compilation excluded).
 
-Usage: ``python benchmarks/bench_split_merge.py [--moves 0 5 20] [--seed 0] [--set-a --sweeps 300
---chains 8] [--five --chains 6]`` (run from the repository root or ``benchmarks/``).
+Usage: ``python -m benchmarks.mixing split-merge [--moves 0 5 20] [--seed 0] [--set-a --sweeps 300
+--chains 8] [--five --chains 6] [--quick]``.  The printed table is saved as the section
+"Split-merge: latest run" of ``benchmarks/results/mixing.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
 
-def readme_model():
-    import numpyro
-    import numpyro.distributions as dist
+from ..harness import models, results
+from ..reproductions.set_a import set_a_run
+from .starts import five_state_data
 
-    import numpyro_hdphmm as nh
+QUESTION = "mixing"
+LINES = []
 
-    def model(y):
-        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
-        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
-        kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
-        hmm = nh.StickyHDPHMM(gamma=gamma, alpha=alpha, kappa=kappa,
-                              emission=nh.emissions.GaussianNIW.weakly_informative(y), max_states=20)
-        nh.sample("y", hmm, obs=y)
 
-    return model
+def emit(*parts, **kwargs):
+    """Print a line of the table and keep it for the results file."""
+    kwargs.pop("flush", None)
+    emit(*parts, flush=True, **kwargs)
+    LINES.append(" ".join(str(p) for p in parts))
 
 
 def run(num_moves: int, seed: int = 0, num_warmup: int = 300, num_samples: int = 300, num_chains: int = 2):
@@ -56,7 +56,7 @@ def run(num_moves: int, seed: int = 0, num_warmup: int = 300, num_samples: int =
 
     data = nh.datasets.fox_experiment_a(num_steps=1000)
     y = data.observations
-    kernel = nh.infer.DirectAssignmentGibbs(readme_model(), split_merge=num_moves)
+    kernel = nh.infer.DirectAssignmentGibbs(models.readme_model(), split_merge=num_moves)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                 chain_method="vectorized", progress_bar=False)
     t0 = time.perf_counter()
@@ -83,23 +83,18 @@ def five(moves, sweeps, num_chains=6, seed=0, late=None):
     """The 2-D 5-state rows (module docstring) for each number of moves; ``late``: the moves only
     in the last ``late`` sweeps (the chains run without them before, the same draws as the
     ``split_merge=0`` row up to there)."""
-    import os
-    import sys
 
     import jax
     import jax.numpy as jnp
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import bench_weak_limit
-    from bench_initialization import five_state_data
 
     import numpyro_hdphmm as nh
 
     y, truth = five_state_data()
     args = (jnp.asarray(y),)
-    print("| split_merge | Hamming after the last sweep (per chain) | first sweep at Hamming 0 (per chain) "
+    emit("| split_merge | Hamming after the last sweep (per chain) | first sweep at Hamming 0 (per chain) "
           "| chains at 0 | acceptance | s / sweep |")
-    print("|---:|---|---|---:|---:|---:|")
+    emit("|---:|---|---|---:|---:|---:|")
     def scan(kernel, state, length):
         def body(s, _):
             s = kernel.sample(s, args, {})
@@ -112,12 +107,12 @@ def five(moves, sweeps, num_chains=6, seed=0, late=None):
 
     keys = jax.random.split(jax.random.key(seed), num_chains)
     for n in moves:
-        kernel = nh.infer.WeakLimitGibbs(bench_weak_limit.fixed_model(30), split_merge=n)
+        kernel = nh.infer.WeakLimitGibbs(models.fixed_model(30), split_merge=n)
         state = kernel.init(keys, 0, None, args, {})
         early = 0 if late is None or not n else sweeps - late
         parts = []
         if early:
-            plain = nh.infer.WeakLimitGibbs(bench_weak_limit.fixed_model(30))
+            plain = nh.infer.WeakLimitGibbs(models.fixed_model(30))
             state, *part = scan(plain, plain.init(keys, 0, None, args, {}), early)
             parts.append(part)
         state, *part = scan(kernel, state, sweeps - early)
@@ -130,24 +125,20 @@ def five(moves, sweeps, num_chains=6, seed=0, late=None):
         last = ", ".join(f"{h:.4f}" if h else "0" for h in ham[:, -1])
         reach = ", ".join("-" if v is None else str(v) for v in first)
         acc = f"{np.nanmean(np.asarray(accept)):.2e}" if n else "-"
-        print(f"| {n} | {last} | {reach} | {int(np.sum(ham[:, -1] == 0))}/{num_chains} | {acc} "
+        emit(f"| {n} | {last} | {reach} | {int(np.sum(ham[:, -1] == 0))}/{num_chains} | {acc} "
               f"| {seconds / sweeps:.3f} |", flush=True)
 
 
 def set_a(kernels, moves, sweeps, seed=0, num_chains=4):
     """Set A rows (``bench_beam.set_a_run``) for each kernel and number of moves."""
     import functools
-    import os
-    import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_beam import set_a_run
 
     import numpyro_hdphmm as nh
 
-    print("| kernel | split_merge | sweeps to 4 large states (per chain) | Hamming after the last sweep "
+    emit("| kernel | split_merge | sweeps to 4 large states (per chain) | Hamming after the last sweep "
           "| final states (large) | s |")
-    print("|---|---:|---|---|---|---:|")
+    emit("|---|---:|---|---|---|---:|")
     for name in kernels:
         base = getattr(nh.infer, name)
         for n in moves:
@@ -157,11 +148,11 @@ def set_a(kernels, moves, sweeps, seed=0, num_chains=4):
             reach = ", ".join("-" if v is None else str(v) for v in r["reach_large"])
             ham = ", ".join(f"{h:.3f}" for h in r["hamming"])
             final = ", ".join(f"{a} ({b})" for a, b in zip(r["final_states"], r["final_large"]))
-            print(f"| {name} | {n} | {reach} | {ham} | {final} | {r['seconds']:.0f} ({r['seconds'] / sweeps:.3f} / sweep) |",
+            emit(f"| {name} | {n} | {reach} | {ham} | {final} | {r['seconds']:.0f} ({r['seconds'] / sweeps:.3f} / sweep) |",
                   flush=True)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--moves", type=int, nargs="+", default=[0, 5, 20])
     parser.add_argument("--seed", type=int, default=0)
@@ -171,19 +162,33 @@ def main():
     parser.add_argument("--chains", type=int, default=None, help="chains (default: 4 for --set-a, 6 for --five)")
     parser.add_argument("--five", action="store_true")
     parser.add_argument("--late", type=int, default=None, help="--five: the moves only in the last LATE sweeps")
-    args = parser.parse_args()
-    if args.set_a:
-        set_a(args.kernels, args.moves, args.sweeps, args.seed, args.chains or 4)
-        return
-    if args.five:
-        five(args.moves, args.sweeps, args.chains or 6, args.seed, args.late)
-        return
-    print("| split_merge | posterior mode of num_states | median Hamming | last-draw Hamming (per chain) "
+    parser.add_argument("--quick", action="store_true", help="a smoke run: moves 2, 5 + 5 sweeps")
+    parser.add_argument("--no-save", action="store_true")
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.moves, args.sweeps = [2], 5
+    try:
+        if args.set_a:
+            set_a(args.kernels, args.moves, args.sweeps, args.seed, args.chains or (2 if args.quick else 4))
+        elif args.five:
+            five(args.moves, args.sweeps, args.chains or (2 if args.quick else 6), args.seed, args.late)
+        else:
+            table(args)
+    finally:
+        if LINES and not args.no_save:
+            print("saved", results.save(QUESTION, "Split-merge: latest run", "\n".join(LINES),
+                                        results.command_line("mixing split-merge", argv)))
+
+
+def table(args):
+    warmup = 5 if args.quick else 300
+    emit("| split_merge | posterior mode of num_states | median Hamming | last-draw Hamming (per chain) "
           "| split-merge acceptance | ESS(num_states) | s (incl. compile) |")
-    print("|---:|---:|---:|---|---:|---:|---:|")
+    emit("|---:|---:|---:|---|---:|---:|---:|")
     for n in args.moves:
-        r = run(n, args.seed)
-        print(f"| {n} | {r['mode_states']} | {r['median_hamming']:.3f} | "
+        r = run(n, args.seed, num_warmup=warmup, num_samples=warmup)
+        emit(f"| {n} | {r['mode_states']} | {r['median_hamming']:.3f} | "
               f"{', '.join(f'{h:.3f}' for h in r['last_hamming'])} | {r['accept']:.2e} | {r['ess_states']:.1f} "
               f"| {r['seconds']:.0f} |", flush=True)
 

@@ -1,9 +1,9 @@
-"""Issue 16's initialization targets, measured from each kernel's default ``init_strategy``.
+"""The data-driven start: state discovery from each kernel's default ``init_strategy``.
 
 * two regimes 5 sd apart, T = 400, ``GaussianNIW.weakly_informative``, Gamma hyperpriors,
   ``max_states = 20``: the first sweep (of 50) at which both regimes are found, 3 seeds (chains),
   each kernel, from ``init_strategy="data"`` and ``"prior"``;
-* the discovery benchmark (``bench_beam.synthetic_data(1000, 2)``: 10 segments, K = 30, fixed
+* the discovery benchmark (``models.segmented_gaussian(1000, 2)``: 10 segments, K = 30, fixed
   hyperparameters): segments found after 50 sweeps;
 * 2-D, 5 well-separated states (means on a 6-unit grid and the centre, unit noise, sticky
   self-transition 0.99), T = 10^4, L = 30, fixed hyperparameters, weak limit: Hamming distance
@@ -14,11 +14,14 @@
 A true state counts as *found* when the state matched to it by the optimal one-to-one
 matching (``scipy.optimize.linear_sum_assignment`` on the confusion matrix) covers more than
 half of its steps.  Chains are vectorized (one compiled program per kernel and case).
-Run:  python benchmarks/bench_initialization.py [case ...]   (cases: regimes discovery five mocap)
+Run:  python -m benchmarks.mixing starts [case ...] [--quick] [--no-save]   (cases: regimes discovery five mocap)
+
+Results: the section "Initialization: cases" of ``benchmarks/results/mixing.json`` (one row per
+case, kernel and strategy; the figures as recorded JSON).
 """
 
+import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -28,12 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import numpyro_hdphmm as nh
+from numpyro_hdphmm.infer import PGAS, BeamSampler, DirectAssignmentGibbs, RCDSampler, WeakLimitGibbs
 
-import numpyro_hdphmm as nh  # noqa: E402
-from numpyro_hdphmm.infer import PGAS, BeamSampler, DirectAssignmentGibbs, RCDSampler, WeakLimitGibbs  # noqa: E402
+from ..harness import models, results
+from ..harness.stats import majority
 
+QUESTION = "mixing"
 KERNELS = (WeakLimitGibbs, DirectAssignmentGibbs, BeamSampler, RCDSampler, PGAS)
 
 
@@ -62,10 +66,8 @@ def run_chains(kernel, y_args, num_chains, sweeps, seed=0, record=lambda s: s.z)
 
 
 def regimes_model(y):
-    """The README's model (bench_split_merge.readme_model)."""
-    import bench_split_merge
-
-    return bench_split_merge.readme_model()(y)
+    """The README's model."""
+    return models.readme_model()(y)
 
 
 def case_regimes(sweeps=50, num_chains=3, strategies=("data", "prior")):
@@ -86,14 +88,12 @@ def case_regimes(sweeps=50, num_chains=3, strategies=("data", "prior")):
 
 
 def case_discovery(sweeps=50, num_chains=3, strategies=("data",)):
-    import bench_beam
-
-    y = bench_beam.synthetic_data(1000, 2)
-    truth = bench_beam.segments(1000)
+    y = models.segmented_gaussian(1000, 2)
+    truth = models.segments(1000)
     out = []
     for cls in KERNELS:
         for strategy in strategies:
-            model = bench_beam.fixed_model(30)
+            model = models.fixed_model(30)
             z0, zs, sec = run_chains(cls(model, init_strategy=strategy), (jnp.asarray(y),), num_chains, sweeps)
             out.append(dict(case="discovery", kernel=cls.__name__, strategy=strategy,
                             at_init=[found(z0[c], truth) for c in range(num_chains)],
@@ -113,22 +113,11 @@ def five_state_data(T=10000, seed=0):
     return (means[z] + rng.normal(size=(T, 2))).astype(np.float32), z
 
 
-def majority(draws):
-    """The per-step majority label of ``draws (S, T)``, each draw relabelled to the last one first
-    (:func:`numpyro_hdphmm.diagnostics.relabel`), so that a label switch cannot split a state."""
-    aligned = np.asarray(nh.diagnostics.relabel(draws, draws[-1])[0])
-    votes = np.zeros((draws.shape[-1], int(aligned.max()) + 1), np.int32)
-    np.add.at(votes, (np.broadcast_to(np.arange(draws.shape[-1]), aligned.shape), aligned), 1)
-    return votes.argmax(-1)
-
-
-def case_five(sweeps=300, num_chains=6, strategies=("data",), last=100):
-    import bench_weak_limit
-
-    y, truth = five_state_data()
+def case_five(sweeps=300, num_chains=6, strategies=("data",), last=100, T=10000):
+    y, truth = five_state_data(T)
     out = []
     for strategy in strategies:
-        kernel = WeakLimitGibbs(bench_weak_limit.fixed_model(30), init_strategy=strategy)
+        kernel = WeakLimitGibbs(models.fixed_model(30), init_strategy=strategy)
         z0, zs, sec = run_chains(kernel, (jnp.asarray(y),), num_chains, sweeps)
         ham = [float(nh.diagnostics.hamming_distance(zs[c, -1][None], truth)[0]) for c in range(num_chains)]
         ham0 = [float(nh.diagnostics.hamming_distance(z0[c][None], truth)[0]) for c in range(num_chains)]
@@ -144,8 +133,7 @@ def case_five(sweeps=300, num_chains=6, strategies=("data",), last=100):
 
 
 def case_mocap(sweeps=300, num_chains=4, strategies=("data",), last=100, seed=0):
-    import mocap
-
+    mocap = models.example_module("mocap")
     data = nh.datasets.load_mocap6()
     lengths = np.asarray(data.lengths)
     y, _, _ = mocap.standardize(data.observations, lengths)
@@ -169,7 +157,31 @@ def case_mocap(sweeps=300, num_chains=4, strategies=("data",), last=100, seed=0)
 
 CASES = {"regimes": case_regimes, "discovery": case_discovery, "five": case_five, "mocap": case_mocap}
 
-if __name__ == "__main__":
+QUICK = {"regimes": dict(sweeps=2, num_chains=2, strategies=("data",)), "discovery": dict(sweeps=2, num_chains=2),
+         "five": dict(sweeps=3, num_chains=2, last=2, T=400), "mocap": dict(sweeps=2, num_chains=2, last=2)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", choices=list(CASES) + [[]], default=[])
+    parser.add_argument("--quick", action="store_true", help="2-3 sweeps of 2 chains per case (a smoke run)")
+    parser.add_argument("--no-save", action="store_true")
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
     warnings.simplefilter("ignore", RuntimeWarning)
-    for name in sys.argv[1:] or list(CASES):
-        CASES[name]()
+    rows = []
+    for name in args.cases or list(CASES):
+        rows += CASES[name](**(QUICK[name] if args.quick else {}))
+    if not args.no_save:
+        tab = results.table(["case", "kernel", "strategy", "figures"],
+                            [[r["case"], r["kernel"], r["strategy"],
+                              "; ".join(f"{k} {v}" for k, v in r.items() if k not in ("case", "kernel", "strategy"))]
+                             for r in rows], ["l", "l", "l", "l"])
+        print("saved", results.save(QUESTION, "Initialization: cases", [results.text(
+            "Each case from the kernels' default `init_strategy` (see the module doc of `benchmarks/mixing/starts.py`): "
+            "a true state is *found* when the state matched to it covers more than half of its steps."), tab],
+            results.command_line("mixing starts", argv), data=rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,11 @@
-"""ESS per second of every kernel on every data set of issue 16 (item 4): Fox et al.'s
-experiment A, PGAS synthetic set A, motion capture and Alice.
+"""ESS per second of every kernel on every data set: Fox et al.'s experiment A, PGAS synthetic
+set A, motion capture and Alice.
 
 For each data set and each kernel of :data:`KERNELS` with its default options (``init_strategy=
 "data"``, ``hyperparameters="collapsed"``; the hyperparameters have Gamma priors, so they are
 sampled), ``C`` chains vmapped (what ``MCMC(..., chain_method="vectorized")`` runs) from the
 kernel's initialization, ``W`` warm-up + ``S`` kept sweeps in one ``lax.scan`` compiled ahead of
-time (:func:`bench_hyperparameters.compile_scan`; compilation and initialization timed apart).
+time (:func:`benchmarks.mixing.hyperparameters.compile_scan`; compilation and initialization timed apart).
 Over the ``S`` kept draws of the ``C`` chains: bulk ESS (``arviz.ess``) and R-hat of
 ``num_states``, the log joint ``lp`` (the kernel state's field: rows integrated out, what the
 kernel's own model uses) and each sampled hyperparameter (``gamma``, ``alpha``, ``kappa`` where
@@ -13,33 +13,33 @@ the model is sticky), and the ESS per second of the kept sweeps (``ESS / (S x se
 sweep)``), in CPU seconds of the process (``time.process_time``: every core's work, less
 sensitive than the wall clock to the other jobs of a shared machine) and in wall seconds.
 
-Data sets (:func:`setup`):
+Data sets (:func:`setup`, from the suite's registry :mod:`benchmarks.harness.models`):
 
 * ``fox_a``: the README's model on Fox et al.'s experiment A (T = 1000, 3 states; ``gamma,
   alpha ~ Gamma(1, 0.01)``, ``kappa ~ Gamma(10, 0.1)``, ``GaussianNIW.weakly_informative``),
-  capacity 20 (``bench_hyperparameters.readme_model``);
+  capacity 20;
 * ``pgas_set_a``: the PGAS paper's synthetic set A (T = 4000, 4 states, non-sticky iHMM with
-  ``alpha ~ Gamma(4, 1)``, ``gamma ~ Gamma(3, 6)``, ``bench_beam.set_a_model``), capacity 20;
+  ``alpha ~ Gamma(4, 1)``, ``gamma ~ Gamma(3, 6)``), capacity 20;
 * ``mocap``: the six CMU motion-capture sequences of ``examples/mocap.py`` (2058 frames, 12
   channels standardized, sticky HDP-AR(1)-HMM with its MNIW prior and ``gamma ~ Gamma(1, 0.01)``,
   ``alpha ~ Gamma(1, 1)``, ``kappa ~ Gamma(50, 1)``), capacity 30, from the kernels' default
   initialization (not the example's chunked start);
-* ``alice``: the first ``--alice-words`` words of *Alice* (the word model of
-  ``bench_rcd_speed.alice_model``: non-sticky, ``gamma, alpha ~ Gamma(1, 1)``,
+* ``alice``: the first ``--alice-words`` words of *Alice* (the RCD paper's word model:
+  non-sticky, ``gamma, alpha ~ Gamma(1, 1)``,
   ``Categorical(V, 0.1)`` over the whole vocabulary), capacity ``--alice-capacity``.
 
 Every (data set, kernel) runs in its own subprocess (a crash or a hang, cut at ``--timeout``
 seconds, is recorded as "did not run" with its reason), and each finished row is saved at once
-to ``--json`` (default ``benchmarks/results/bench_ess.json``); rows already there are not run
+to ``--json`` (default ``benchmarks/results/raw/ess_rows.json``); rows already there are not run
 again unless ``--force``.  The sweeps per row are :data:`PLAN` (``--sweeps`` scales them).
 
 Usage (from the repository root)::
 
-    python benchmarks/bench_ess.py [--datasets fox_a pgas_set_a mocap alice] [--kernels ...]
-        [--sweeps 1.0] [--seeds 0] [--json FILE] [--force] [--write]
+    python -m benchmarks.mixing ess [--datasets fox_a pgas_set_a mocap alice] [--kernels ...]
+        [--sweeps 1.0] [--seeds 0] [--json FILE] [--force] [--quick] [--no-save]
 
-``--write`` replaces the section "ESS per second: every kernel and data set" of
-``docs/benchmarks.md`` with the table of every row in the JSON file.
+The section "ESS per second: every kernel and data set" of ``benchmarks/results/mixing.json``
+gets the table of every row in the JSON file.
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from _docs import write_section  # noqa: E402
+from ..harness import models
+from ..harness import results as suite_results
+from ..harness.models import KERNELS
+from .hyperparameters import compile_scan, mixing
 
-SECTION = "## ESS per second: every kernel and data set"
-KERNELS = ("WeakLimitGibbs", "DirectAssignmentGibbs", "BeamSampler", "RCDSampler", "PGAS")
+QUESTION = "mixing"
+SECTION = "ESS per second: every kernel and data set"
 DATASETS = ("fox_a", "pgas_set_a", "mocap", "alice")
 #: recorded every sweep, in the order of the table (a hyperparameter the model lacks is skipped)
 FIELDS = ("num_states", "lp", "gamma", "alpha", "kappa")
@@ -82,57 +83,25 @@ ALICE_WORDS, ALICE_CAPACITY = [5000], [60]
 def setup(name, seed=0):
     """``{"model", "args", "capacity", "T", "hamming"}`` of data set ``name`` (``T``: observed steps): ``hamming(states
     of one chain)`` the normalized Hamming distance to the true states (``None`` without them)."""
-    import jax.numpy as jnp
-
-    import numpyro_hdphmm as nh
-
     if name == "fox_a":
-        import bench_hyperparameters
-
-        data = nh.datasets.fox_experiment_a(num_steps=1000, seed=seed)
-        truth = data.states
-        return {"model": bench_hyperparameters.readme_model(), "args": (np.asarray(data.observations, np.float32),),
-                "capacity": bench_hyperparameters.MAX_STATES[0], "T": 1000,
-                "hamming": lambda z: float(nh.diagnostics.hamming_distance(np.asarray(z)[None], truth)[0])}
-    if name == "pgas_set_a":
-        from bench_beam import set_a_model
-
-        data = nh.datasets.pgas_set_a(num_steps=4000, seed=seed)
-        truth = data.states
-        return {"model": set_a_model(20), "args": (np.asarray(data.observations, np.float32),), "capacity": 20, "T": 4000,
-                "hamming": lambda z: float(nh.diagnostics.hamming_distance(np.asarray(z)[None], truth)[0])}
-    if name == "mocap":
-        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-        from mocap import emission_prior, make_model, standardize, valid_frames
-
-        data = nh.datasets.load_mocap6()
-        lengths = np.asarray(data.lengths)
-        y, _, _ = standardize(data.observations, lengths)
-        truth = valid_frames(data.states, lengths)
-        return {"model": make_model(emission_prior(y, lengths), 30), "args": (y, jnp.asarray(lengths, jnp.int32)),
-                "capacity": 30, "T": int(lengths.sum()),
-                "hamming": lambda z: float(nh.diagnostics.hamming_distance(valid_frames(np.asarray(z), lengths)[None],
-                                                                            truth)[0])}
-    if name == "alice":
-        from bench_rcd_speed import alice_model
-
-        alice = nh.datasets.load_alice()
-        y = np.asarray(alice.tokens[:ALICE_WORDS[0]])
-        model, _ = alice_model(len(alice.vocabulary), ALICE_CAPACITY[0])
-        return {"model": model, "args": (y,), "capacity": ALICE_CAPACITY[0], "T": len(y),
-                "hamming": None}
-    raise ValueError(f"unknown data set {name!r}")
+        p = models.readme_problem(1000, 20, seed)
+    elif name == "pgas_set_a":
+        p = models.set_a_problem(4000, 20, seed)
+    elif name == "mocap":
+        p = models.mocap_problem(30)
+    elif name == "alice":
+        p = models.alice_words_problem(ALICE_WORDS[0], ALICE_CAPACITY[0])
+    else:
+        raise ValueError(f"unknown data set {name!r}")
+    return {"model": p.model, "args": p.args, "capacity": p.capacity, "T": p.T, "hamming": p.hamming}
 
 
 def worker(dataset, kernel_name, num_warmup, num_samples, num_chains, seed):
     """One row, in this process: initialize, compile, run and summarize."""
     import jax
 
-    from bench_hyperparameters import compile_scan, mixing
-    from numpyro_hdphmm import infer
-
     d = setup(dataset, seed)
-    kernel = getattr(infer, kernel_name)(d["model"])
+    kernel = models.kernel(kernel_name, d["model"])
     keys = jax.random.split(jax.random.key(seed), num_chains)
     t0, c0 = time.perf_counter(), time.process_time()
     state = jax.block_until_ready(kernel.init(keys, num_warmup, None, d["args"], {}))
@@ -164,13 +133,14 @@ def worker(dataset, kernel_name, num_warmup, num_samples, num_chains, seed):
 def run_row(dataset, kernel, num_warmup, num_samples, num_chains, seed, timeout):
     """:func:`worker` in a subprocess (``nice``: the machine is shared); ``{"error": reason}`` on a
     crash or after ``timeout`` seconds."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", dataset, kernel, str(num_warmup), str(num_samples),
-           str(num_chains), str(seed), "--alice-words", str(ALICE_WORDS[0]), "--alice-capacity", str(ALICE_CAPACITY[0])]
+    cmd = [sys.executable, "-m", "benchmarks.mixing", "ess", "--_worker", dataset, kernel, str(num_warmup),
+           str(num_samples), str(num_chains), str(seed), "--alice-words", str(ALICE_WORDS[0]),
+           "--alice-capacity", str(ALICE_CAPACITY[0])]
     base = {"dataset": dataset, "kernel": kernel, "num_warmup": num_warmup, "num_samples": num_samples,
-            "num_chains": num_chains, "seed": seed, "command": " ".join(["python", "benchmarks/bench_ess.py"] + cmd[2:])}
+            "num_chains": num_chains, "seed": seed, "command": " ".join(["python"] + cmd[1:])}
     t0 = time.perf_counter()
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=models.REPO)
     except subprocess.TimeoutExpired:
         return {**base, "error": f"no result after {timeout:.0f} s (cut)", "elapsed_s": time.perf_counter() - t0}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -256,7 +226,7 @@ def load(path):
     return json.load(open(path)) if os.path.exists(path) else {}
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
@@ -265,11 +235,19 @@ def main():
     parser.add_argument("--alice-words", type=int, default=ALICE_WORDS[0])
     parser.add_argument("--alice-capacity", type=int, default=ALICE_CAPACITY[0])
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per row before it is cut")
-    parser.add_argument("--json", default=os.path.join(HERE, "results", "bench_ess.json"))
+    parser.add_argument("--json", default=os.path.join(suite_results.RESULTS, "raw", "ess_rows.json"))
     parser.add_argument("--force", action="store_true", help="run rows already in the JSON file again")
-    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: fox_a, WeakLimitGibbs, 5 + 5 sweeps, a temporary rows file, nothing saved")
+    parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--_worker", nargs=6, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.quick:
+        import tempfile
+
+        args.datasets, args.kernels, args.sweeps, args.no_save = ["fox_a"], ["WeakLimitGibbs"], 0.005, True
+        args.json = os.path.join(tempfile.mkdtemp(), "ess_rows.json")
     ALICE_WORDS[0], ALICE_CAPACITY[0] = args.alice_words, args.alice_capacity
     if args._worker:
         dataset, kernel, w, s, c, seed = args._worker
@@ -298,7 +276,7 @@ def main():
     print(text)
     for (dataset, field), (kernel, value) in best(rows).items():
         print(f"best {dataset} {field}: {kernel} ({value:.3g} ESS per CPU s)")
-    if args.write:
+    if not args.no_save:
         import jax
 
         loads = [r["load"] for r in rows if "load" in r] or [float("nan")]
@@ -321,15 +299,15 @@ def main():
             "sticky HDP-AR(1)-HMM on the six CMU sequences (2058 frames, 12 channels, `gamma ~ Gamma(1, 0.01)`, "
             "`alpha ~ Gamma(1, 1)`, `kappa ~ Gamma(50, 1)`, capacity 30), from the default initialization (not "
             f"the example's chunked start); `alice`: the first {ALICE_WORDS[0]:,} words of *Alice* (a prefix "
-            "of the 27,103 training words, so that every kernel fits the time budget), the non-sticky word model of "
-            "`bench_rcd_speed.py` (`gamma, alpha ~ Gamma(1, 1)`, `Categorical(1487, 0.1)`), capacity "
+            "of the 27,103 training words, so that every kernel fits the time budget), the RCD paper's non-sticky word "
+            "model (`gamma, alpha ~ Gamma(1, 1)`, `Categorical(1487, 0.1)`), capacity "
             f"{ALICE_CAPACITY[0]}, no true states.  The dearer kernels get fewer sweeps (the `W + S` column).  "
             "Hamming: normalized distance of each chain's last draw to the true states.  Seeds "
             f"{', '.join(map(str, seeds))}: the chains' keys and the simulated data sets (Fox A, set A).  Wall "
             f"time of the whole benchmark: {sum(r['elapsed_s'] for r in rows) / 60:.0f} minutes.  The best kernel per "
             "data set: {doc}`choosing_a_kernel`, \"Best kernel per data set\".\n\n")
-        command = "python benchmarks/bench_ess.py " + " ".join(sys.argv[1:])
-        print("wrote", write_section(SECTION, command.strip(), header + text))
+        command = suite_results.command_line("mixing ess", argv)
+        print("saved", suite_results.save(QUESTION, SECTION, header + text, command, data=rows))
 
 
 if __name__ == "__main__":

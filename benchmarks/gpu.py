@@ -9,19 +9,20 @@ measures, float32:
   took more than a tenth of ``--budget`` seconds (T grows tenfold along a row), and a run
   that exhausts device memory is marked "out of memory";
 * ``sweep``: seconds per ``WeakLimitGibbs`` sweep of the README's model (Fox et al.'s experiment
-  A, L = 20, GaussianNIW, Gamma priors on gamma/alpha/kappa) for T from 10^3 to 10^7, with the
-  FFBS forced sequential and forced parallel (the benchmark replaces
-  ``numpyro_hdphmm._core.hmm._resolve_method`` for this), and which one ``method="auto"`` picks;
+  A, L = 20, GaussianNIW, Gamma priors on gamma/alpha/kappa) for T from 10^3 to 10^7 with the FFBS
+  method the package picks (``method="auto"``).  (Forcing it sequential or parallel inside the
+  sweep needs a public kernel option; the suite does not patch the package.)
 * ``chains``: one vectorized sweep of C chains of the README model (T = 1000) for C up to 1000:
   compile seconds, milliseconds per sweep, and XLA's memory analysis per chain.
 
-Every measurement is appended to the JSON file as it completes, so a run cut short keeps what it
-measured.  Usage (the second command writes the "GPU" section of ``docs/benchmarks.md`` from the
-JSON, on any machine)::
+Every measurement is appended to the ``--json`` file as it completes, so a run cut short keeps
+what it measured; the section "GPU" of ``benchmarks/results/gpu.json`` is saved from it after
+every part (``--from-json FILE`` saves it from a finished file on any machine).  Usage::
 
-    python benchmarks/bench_gpu.py --parts ffbs chains --json gpu.json
-    python benchmarks/bench_gpu.py --parts sweep --json gpu.json
-    python benchmarks/bench_gpu.py --from-json gpu.json --write
+    python -m benchmarks.gpu --parts ffbs chains --json gpu.json
+    python -m benchmarks.gpu --parts sweep --json gpu.json
+    python -m benchmarks.gpu --from-json gpu.json
+    python -m benchmarks.gpu --quick          # a smoke run on any device (T <= 10^4, C <= 10)
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ import json
 import os
 import time
 
-from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
-from bench_ffbs import min_time_ms
+import sys
 
-SECTION = "## GPU"
+from .harness import models
+from .harness import results as suite_results
+from .harness.timing import time_calls
+
+QUESTION = "gpu"
+SECTION = "GPU"
 FFBS_T = [1000, 10000, 100000, 1000000, 10000000]
 FFBS_K = [15, 50, 200]
 SWEEP_T = [1000, 10000, 100000, 1000000, 10000000]
@@ -55,8 +60,8 @@ def _save(path, results):
 
 
 def _seconds(fn, repeats, budget_s):
-    """Seconds of ``fn()``: :func:`bench_ffbs.min_time_ms` (a warm-up call, then the minimum)."""
-    return min_time_ms(fn, repeats, budget_s) / 1e3
+    """Seconds of ``fn()``: a warm-up call, then the minimum over ``repeats`` calls."""
+    return min(time_calls(fn, repeats, budget_s))
 
 
 def _pending(out, names, budget):
@@ -110,26 +115,20 @@ def measure_ffbs(results, args):
 
 
 def _readme_setup(T):
-    import numpyro_hdphmm as nh
-    from bench_split_merge import readme_model
-
-    y = nh.datasets.fox_experiment_a(num_steps=T).observations
-    return readme_model(), y
+    p = models.readme_problem(T)
+    return p.model, p.args[0]
 
 
 def measure_sweep(results, args):
     import jax
 
-    from numpyro_hdphmm._core import hmm
-    from numpyro_hdphmm._core.hmm import _resolve_method
     from numpyro_hdphmm.infer import WeakLimitGibbs
 
     out = results.setdefault("sweep", {})
-    for method in ("parallel", "sequential"):
+    for method in ("auto",):
         for name in _pending(out, [f"{method}/{T}" for T in SWEEP_T], args.budget):
             T = int(name.split("/")[1])
             model, y = _readme_setup(T)
-            hmm._resolve_method = lambda m, T_, K_, forced=method: forced
             try:
                 kernel = WeakLimitGibbs(model)
                 state = kernel.init(jax.random.key(0), 0, None, (y,), {})
@@ -141,14 +140,11 @@ def measure_sweep(results, args):
                 def sweep():
                     box[0] = jax.block_until_ready(compiled(box[0]))
 
-                out[name] = {"s": _seconds(sweep, args.repeats, args.budget), "compile_s": compile_s,
-                             "auto": _resolve_method("auto", T, 20)}
+                out[name] = {"s": _seconds(sweep, args.repeats, args.budget), "compile_s": compile_s}
             except Exception as err:  # noqa: BLE001
                 if not _oom(err):
                     raise
                 out[name] = {"oom": True}
-            finally:
-                hmm._resolve_method = _resolve_method
             print(name, out[name], flush=True)
             _save(args.json, results)
 
@@ -197,7 +193,7 @@ def section(results) -> str:
         "(compiling) call; \"-\" where the configuration before it on the row (ten times shorter) "
         f"took more than a tenth of the benchmark's budget ({env.get('budget', 30):g} s).",
         "",
-        "### FFBS, sequential vs parallel-in-time",
+        "#### FFBS, sequential vs parallel-in-time",
         "",
         "Milliseconds per FFBS draw (`hmm_posterior_sample_fast`, what the samplers call).",
         "",
@@ -212,26 +208,24 @@ def section(results) -> str:
     if sweep:
         lines += [
             "",
-            "### Weak-limit sweep, T up to 10^7",
+            "#### Weak-limit sweep, T up to 10^7",
             "",
             "Milliseconds per `WeakLimitGibbs` sweep of the README's model (Fox et al.'s experiment "
-            "A, L = 20), one sequence of T steps, with the FFBS forced sequential or parallel; "
-            "`auto` is what `method=\"auto\"` picks at that size.",
+            "A, L = 20), one sequence of T steps, with the FFBS method the package picks.",
             "",
-            "| T | sequential | parallel | auto picks | compile s (seq / par) |",
-            "|---:|---:|---:|---|---|",
+            "| T | ms per sweep | compile s |",
+            "|---:|---:|---:|",
         ]
         for T in SWEEP_T:
-            seq, par = sweep.get(f"sequential/{T}"), sweep.get(f"parallel/{T}")
-            auto = next((e["auto"] for e in (seq, par) if e and "auto" in e), "-")
-            comp = " / ".join(f"{e['compile_s']:.1f}" if e and "compile_s" in e else "-" for e in (seq, par))
-            lines.append(f"| {T} | {_ms(seq)} | {_ms(par)} | {auto} | {comp} |")
+            e = sweep.get(f"auto/{T}")
+            comp = f"{e['compile_s']:.1f}" if e and "compile_s" in e else "-"
+            lines.append(f"| {T} | {_ms(e)} | {comp} |")
     chains = results.get("chains", {})
     if chains:
         mib = lambda b: f"{b / 2 ** 20:.2f}"
         lines += [
             "",
-            "### Many vectorized chains",
+            "#### Many vectorized chains",
             "",
             "One sweep of C chains of the README's model (T = 1000, L = 20), `WeakLimitGibbs` "
             "vmapped over chains as `chain_method=\"vectorized\"` does; memory from XLA's memory "
@@ -250,7 +244,7 @@ def section(results) -> str:
     return "\n".join(lines)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", default=["ffbs", "chains", "sweep"],
                         choices=["ffbs", "chains", "sweep"])
@@ -260,8 +254,13 @@ def main():
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per configuration")
     parser.add_argument("--max-steps", type=float, default=1e7, help="largest T measured")
     parser.add_argument("--max-chains", type=int, default=1000, help="largest C measured")
-    parser.add_argument("--write", action="store_true", help="write the section into docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="T <= 10^4, C <= 10, 2 repeats: a smoke run")
+    parser.add_argument("--no-save", action="store_true", help="do not save the section into results/gpu.json")
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.max_steps, args.max_chains, args.repeats, args.budget = min(args.max_steps, 1e4), \
+            min(args.max_chains, 10), 2, min(args.budget, 5.0)
     FFBS_T[:] = [T for T in FFBS_T if T <= args.max_steps]
     SWEEP_T[:] = [T for T in SWEEP_T if T <= args.max_steps]
     CHAINS[:] = [C for C in CHAINS if C <= args.max_chains]
@@ -281,8 +280,11 @@ def main():
             _save(args.json, results)
     text = section(results)
     print(text)
-    if args.write:
-        print(f"wrote {write_section(SECTION, 'python benchmarks/bench_gpu.py --json gpu.json --write', text)}")
+    if not args.no_save:
+        env = results.get("env", {})
+        provenance = {"device": f"{env.get('backend')} ({env.get('device_kind')})"} if env else {}
+        print("saved", suite_results.save(QUESTION, SECTION, text, suite_results.command_line("gpu", argv),
+                                          data=results, provenance=provenance))
 
 
 if __name__ == "__main__":

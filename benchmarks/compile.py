@@ -165,6 +165,8 @@ def main(argv=None):
     parser.add_argument("--_child", nargs="+", help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
     if args._child:
         what, *rest = args._child
         {"first": lambda n, s: child_first(n, s == "1"), "breakdown": lambda n, c: child_breakdown(n, int(c)),

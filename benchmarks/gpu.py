@@ -258,6 +258,8 @@ def main(argv=None):
     parser.add_argument("--no-save", action="store_true", help="do not save the section into results/gpu.json")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
     if args.quick:
         args.max_steps, args.max_chains, args.repeats, args.budget = min(args.max_steps, 1e4), \
             min(args.max_chains, 10), 2, min(args.budget, 5.0)

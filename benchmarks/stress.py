@@ -232,6 +232,8 @@ def main(argv=None):
     parser.add_argument("--parts", nargs="+", default=["long", "scales", "many"], choices=["long", "scales", "many"])
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
     pick = lambda value, full, quick: value if value is not None else (quick if args.quick else full)
     long_T = pick(args.long_steps, 1_000_000, 2000)
     long_budget = pick(args.long_budget, 600.0, 5.0)

@@ -142,6 +142,8 @@ def main(argv=None):
     parser.add_argument("--no-save", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
     from numpyro_hdphmm.infer import DirectAssignmentGibbs, WeakLimitGibbs
 
     warm, samples = (5, 5) if args.quick else (300, 1000)

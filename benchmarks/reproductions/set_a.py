@@ -274,6 +274,8 @@ def main(argv=None):
     parser.add_argument("--no-save", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
 
     import jax
 

@@ -203,6 +203,8 @@ def main(argv=None):
     parser.add_argument("--fixed-k", type=int, default=8)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
     T = args.steps or (200 if args.quick else 2000)
     repeats = args.repeats or (2 if args.quick else 9)
     ks = args.ks or ([4] if args.quick else [4, 8, 16, 32, 64, 128])

@@ -18,10 +18,10 @@ loops (:mod:`numpyro_hdphmm._core.ordering`).
 
 Usage::
 
-    python benchmarks/bench_rcd_speed.py [--modes stepwise,slice,blocked,beam] [--states 400]
+    python -m benchmarks.sweeps rcd [--modes stepwise,slice,blocked,beam] [--states 400]
                                          [--capacity 500] [--repeats 3] [--floor] [--write]
 
-``--write`` replaces the "RCD speed on Alice" section of ``docs/benchmarks.md``.
+``--write`` (the default; ``--no-save`` prints only) replaces the "RCD speed on Alice" section of ``benchmarks/results/sweeps.json``.
 
 ``--floor`` instead times the least work any exact single-step move of a static-shape sweep must
 do (:func:`floor_sweep`), with no sampler around it: the lower bound of the slice and step-wise
@@ -38,7 +38,15 @@ import subprocess
 import sys
 import time
 
-from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
+from ..harness import models, results
+
+QUESTION = "sweeps"
+
+
+def _save(section, command, text):
+    """Save ``text`` as ``section`` of ``benchmarks/results/sweeps.json``; returns the path."""
+    return results.save(QUESTION, section.lstrip("# "), text, command)
+
 
 SECTION = "## RCD speed on Alice"
 SECTION_FLOOR = "## RCD speed on Alice: the floor of a static-shape step"
@@ -47,32 +55,6 @@ PAPER = {"stepwise": 7.027, "slice": 0.469, "blocked": 29380.3, "beam": 80.681} 
 TARGET = {"stepwise": 0.7, "slice": 0.05}
 
 
-#: the HCRP emission prior's base concentration (``phi ~ Dir(B0 / V)``) and the Gamma prior of
-#: its scale ``s`` (``probs_k | phi ~ Dir(s phi)``), as the paper's Gamma(1, 1) hyperpriors
-HCRP_B0, HCRP_SCALE_PRIOR = 1.0, (1.0, 1.0)
-
-
-def alice_model(num_words: int, capacity: int, emission_prior: str = "dirichlet"):
-    """The non-sticky HDP-HMM of the module docstring for ``num_words`` word types: ``(model,
-    emission)``, ``model(y)`` with ``gamma, alpha ~ Gamma(1, 1)`` and ``Categorical(num_words, 0.1)``
-    emissions (``emission_prior="hcrp"``: the HCRP prior of :func:`alice_setup`)."""
-    import numpyro
-    import numpyro.distributions as dist
-
-    import numpyro_hdphmm as nh
-
-    emission = nh.emissions.Categorical(num_words, 0.1)
-
-    def model(y):
-        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
-        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
-        family = emission
-        if emission_prior == "hcrp":
-            s = numpyro.sample("s", dist.Gamma(*HCRP_SCALE_PRIOR))
-            family = nh.emissions.hierarchical_categorical("phi", num_words, s, HCRP_B0)
-        nh.sample("y", nh.HDPHMM(gamma, alpha, family, max_states=capacity), obs=y)
-
-    return model, emission
 
 
 def alice_setup(mode: str, states: int, capacity: int, seed: int = 0, emission_prior: str = "dirichlet"):
@@ -92,7 +74,7 @@ def alice_setup(mode: str, states: int, capacity: int, seed: int = 0, emission_p
     alice = nh.datasets.load_alice()
     num_test = alice.info["num_test"]
     y, test = np.asarray(alice.tokens[:-num_test]), np.asarray(alice.tokens[-num_test:])
-    model, emission = alice_model(len(alice.vocabulary), capacity, emission_prior)
+    model, emission = models.alice_words_model(len(alice.vocabulary), capacity, emission_prior)
     kernel = nh.infer.RCDSampler(model, mode=mode, block_size=10)
     init = None  # states = 0: the kernel's default (data-driven) start
     if states:
@@ -130,7 +112,7 @@ def run_subprocess(mode, states, capacity, repeats, flag: bool) -> dict:
     env = dict(os.environ)
     flags = env.get("XLA_FLAGS", "").replace(FLAG, "").strip()
     env["XLA_FLAGS"] = (flags + " " + FLAG).strip() if flag else flags
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", mode, "--states", str(states),
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sweeps", "rcd", "--worker", mode, "--states", str(states),
                           "--capacity", str(capacity), "--repeats", str(repeats)],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -183,12 +165,12 @@ def floor_sweep(num_steps: int, capacity: int, num_words: int, counts: bool):
 
 
 def _report(section: str, lines, write: bool):
-    """Print the table and, with ``--write``, replace ``section`` of ``docs/benchmarks.md``."""
+    """Print the table and, with ``--write``, replace ``section`` of ``benchmarks/results/sweeps.json``."""
     text = "\n".join(lines)
     print(text)
     if write:
-        command = "python benchmarks/bench_rcd_speed.py " + " ".join(sys.argv[1:])
-        print("wrote", write_section(section, command.strip(), text))
+        command = "python -m benchmarks.sweeps rcd " + " ".join(sys.argv[1:])
+        print("wrote", _save(section, command.strip(), text))
 
 
 def floor_main(args):
@@ -231,7 +213,7 @@ def floor_main(args):
     _report(SECTION_FLOOR, lines, args.write)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--modes", default="stepwise,slice,blocked,beam")
     parser.add_argument("--states", type=int, default=400)
@@ -239,8 +221,12 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--floor", action="store_true", help="time the floor of a static-shape step instead")
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--no-save", action="store_true", help="print only (default: save the results)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: slice mode, 20 states, capacity 60, 1 repeat, nothing saved")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.write = not (args.no_save or args.quick)
+    if args.quick:
+        args.modes, args.states, args.capacity, args.repeats = "slice", 20, 60, 1
     if args.floor:
         floor_main(args)
         return

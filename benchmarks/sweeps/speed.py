@@ -264,6 +264,8 @@ def main(argv=None):
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
     if args.worker:
         _worker(args.worker)
         return

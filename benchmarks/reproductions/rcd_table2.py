@@ -1,7 +1,7 @@
 """The RCD paper's Table 2 on the full *Alice* text: held-out perplexity, number of states,
 seconds per sweep and Gibbs acceptance of ``RCDSampler`` per mode after a fixed budget of sweeps.
 
-The set-up of ``bench_rcd_speed.py`` (the 27,103 training words, the last 1,000 words held out,
+The set-up of :mod:`benchmarks.sweeps.rcd_speed` (the 27,103 training words, the last 1,000 words held out,
 ``gamma, alpha ~ Gamma(1, 1)`` resampled every sweep, ``Categorical(V, 0.1)`` integrated out,
 capacity ``--capacity``, one chain per mode from ``--states`` random states), run for
 ``--minutes`` of sweeps per mode (equal time, as the paper's 48 h per run; the first half is
@@ -15,7 +15,7 @@ HCRP emission prior (the package has a symmetric Dirichlet), mean over 18 runs.
 
 Usage::
 
-    python benchmarks/bench_rcd_table2.py [--modes stepwise,slice] [--emission dirichlet,hcrp]
+    python -m benchmarks.reproductions rcd-table2 [--modes stepwise,slice] [--emission dirichlet,hcrp]
                                           [--score draws|seating] [--minutes 10] [--thin 10]
                                           [--states 400] [--capacity 600] [--particles 0]
                                           [--write]
@@ -30,7 +30,7 @@ prior give the few test words never seen in training almost no mass.
 instead of random states; ``--particles P`` adds the paper's evaluation, a particle filter of
 ``P`` particles per draw (``predictive_log_likelihood(method="particle")``), beside the exact one.
 
-``--write`` replaces the "RCD Table 2 on Alice" section of ``docs/benchmarks.md`` (the
+``--write`` (the default; ``--no-save`` prints only) replaces the "RCD Table 2 on Alice" section of ``benchmarks/results/reproductions.json`` (the
 "... the HCRP emission prior" section with ``--score seating`` or ``--emission`` other than
 ``dirichlet``; the "... longer runs from the default start" section with ``--states 0``).
 """
@@ -42,8 +42,16 @@ import os
 import sys
 import time
 
-from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
-from bench_rcd_speed import alice_setup
+from ..harness import models, results
+from ..sweeps.rcd_speed import alice_setup
+
+QUESTION = "reproductions"
+
+
+def _save(section, command, text):
+    """Save ``text`` as ``section`` of ``benchmarks/results/reproductions.json``; returns the path."""
+    return results.save(QUESTION, section.lstrip("# "), text, command)
+
 
 SECTION = "## RCD Table 2 on Alice"
 SECTION_HCRP = "## RCD Table 2 on Alice: the HCRP emission prior"
@@ -63,7 +71,7 @@ def seating_probs(rng_key, states, y, num_symbols, capacity, phi=None, scale=Non
     ``(n_kw + s P0_w) / (n_k. + s)``."""
     import jax.numpy as jnp
 
-    from bench_rcd_speed import HCRP_B0
+    HCRP_B0 = models.HCRP_B0
     from numpyro_hdphmm._core import crp
 
     n = jnp.zeros((capacity, num_symbols)).at[states, y].add(1.0)
@@ -126,7 +134,7 @@ def run_mode(mode, minutes, thin, states, capacity, seed=0, emission_prior="diri
             "T": int(y.size)}
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--modes", default="stepwise,slice")
     parser.add_argument("--emission", default="dirichlet", help="emission priors: dirichlet, hcrp or both")
@@ -137,8 +145,12 @@ def main():
     parser.add_argument("--capacity", type=int, default=600)
     parser.add_argument("--particles", type=int, default=0,
                         help="also score by the paper's particle filter with this many particles per draw")
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--no-save", action="store_true", help="print only (default: save the results)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a few seconds of the slice mode from 20 states, capacity 60, nothing saved")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.write = not (args.no_save or args.quick)
+    if args.quick:
+        args.modes, args.minutes, args.thin, args.states, args.capacity = "slice", 0.05, 1, 20, 60
     import jax
     import numpy as np
 
@@ -196,10 +208,10 @@ def main():
     text = "\n".join(lines)
     print(text)
     if args.write:
-        command = "python benchmarks/bench_rcd_table2.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.reproductions rcd-table2 " + " ".join(sys.argv[1:])
         section = (SECTION_LONG if not args.states else
                    SECTION if args.score == "draws" and args.emission == "dirichlet" else SECTION_HCRP)
-        print("wrote", write_section(section, command.strip(), text))
+        print("wrote", _save(section, command.strip(), text))
 
 
 if __name__ == "__main__":

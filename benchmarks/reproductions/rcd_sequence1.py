@@ -30,25 +30,34 @@ recorded after every sweep.  Reported per kernel:
 
 Usage::
 
-    python benchmarks/bench_rcd.py [--sweeps N] [--chains C] [--every E] [--kernels a,b,...]
+    python -m benchmarks.reproductions rcd-sequence1 [--sweeps N] [--chains C] [--every E] [--kernels a,b,...]
                                    [--init data|prior] [--seed S] [--write]
 
 Kernels: ``stepwise``, ``slice``, ``blocked`` (block 6), ``beam`` (block 6), ``beam+sm``
 (block 6, 3 split-merge moves per sweep, the paper's Fig. 5 (e)), ``beam+sm25`` (25 moves,
 Fig. 5 (f)), ``da``, ``da+sm`` (``DirectAssignmentGibbs(split_merge=3)``), ``da-aux`` (the
 direct-assignment sampler with ``hyperparameters="auxiliary"``, the update ``RCDSampler`` uses,
-instead of its default ``"collapsed"``).  ``--write`` replaces the "RCD Sequence 1" section of
-``docs/benchmarks.md`` (with ``--init prior``: the "RCD Sequence 1 (prior start)" section).
+instead of its default ``"collapsed"``).  ``--write`` (the default; ``--no-save`` prints only) replaces the "RCD Sequence 1" section of
+``benchmarks/results/reproductions.json`` (with ``--init prior``: the "RCD Sequence 1 (prior start)" section).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
-from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
+from ..harness import results
+
+QUESTION = "reproductions"
+
+
+def _save(section, command, text):
+    """Save ``text`` as ``section`` of ``benchmarks/results/reproductions.json``; returns the path."""
+    return results.save(QUESTION, section.lstrip("# "), text, command)
+
 
 SECTION = "## RCD Sequence 1"
 EIGHT, TRAP = np.log(8.0), 1.5596  # nats: the 8-state solution, the 5-state trap
@@ -135,7 +144,7 @@ def run_kernel(kernel, y, chains, sweeps, seed):
     return np.stack(zs), np.stack(num_states), np.stack(gibbs), np.stack(sm), np.asarray(seconds)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweeps", type=int, default=200)
     parser.add_argument("--chains", type=int, default=64)
@@ -143,9 +152,13 @@ def main():
     parser.add_argument("--kernels", default="stepwise,slice,beam,beam+sm,da,da+sm")
     parser.add_argument("--init", default="data", choices=("data", "prior"))
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
+    parser.add_argument("--no-save", action="store_true", help="print only (default: save the results)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 4 sweeps of 2 chains, slice only, nothing saved")
     parser.add_argument("--save", default="", help="save the per-chain MI trajectories to this .npz file")
-    args = parser.parse_args()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.write = not (args.no_save or args.quick)
+    if args.quick:
+        args.sweeps, args.chains, args.every, args.kernels = 4, 2, 2, "slice"
 
     import jax
     import numpyro
@@ -235,12 +248,12 @@ def main():
     if args.save:  # (sweeps + 1, chains) per kernel, rounded (the docs' MI histograms read such files)
         np.savez_compressed(args.save, **{k: np.round(v, 4).astype(np.float32) for k, v in saved.items()})
     if args.write:
-        cmd = "python benchmarks/bench_rcd.py " + " ".join(
+        cmd = "python -m benchmarks.reproductions rcd-sequence1 " + " ".join(
             f"--{k} {v}" for k, v in (("sweeps", args.sweeps), ("chains", args.chains), ("every", args.every),
                                       ("kernels", args.kernels), ("init", args.init), ("seed", args.seed))) + " --write"
         text = header + ".\n\n" + "\n".join(lines)
         section = SECTION if args.init == "data" else f"{SECTION} ({args.init} start)"
-        print(f"wrote {write_section(section, cmd, text)}")
+        print(f"wrote {_save(section, cmd, text)}")
 
 
 if __name__ == "__main__":

@@ -41,45 +41,38 @@ What this script does (every choice below is ours where the paper is silent):
 
 Usage::
 
-    python benchmarks/bench_pgas_alice.py [--quick] [--warmup W] [--samples S] [--thin H] [--chains C]
+    python -m benchmarks.reproductions alice-characters [--quick] [--warmup W] [--samples S] [--thin H] [--chains C]
         [--seeds 0,1,2] [--kernels pgas-prior,pgas-post,beam] [--last-state] [--write]
 
-``--write`` replaces the "PGAS vs beam: Alice characters" section of ``docs/benchmarks.md`` (with
+``--write`` (the default; ``--no-save`` prints only) replaces the "PGAS vs beam: Alice characters" section of ``benchmarks/results/reproductions.json`` (with
 ``--init-states K`` other than 10: the "Alice characters from K states: PGAS vs beam" section).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import os
 import time
 import warnings
 
 import numpy as np
 
-from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
+from ..harness import models, results
+
+QUESTION = "reproductions"
+
+
+def _save(section, command, text):
+    """Save ``text`` as ``section`` of ``benchmarks/results/reproductions.json``; returns the path."""
+    return results.save(QUESTION, section.lstrip("# "), text, command)
+
 
 SECTION = "## PGAS vs beam: Alice characters"
 NUM_TRAIN, NUM_TEST = 1000, 4000
 PAPER = {"PGAS (N = 10)": (-5918.4, 123.8), "beam sampler": (-6099.0, 106.0)}
 LABELS = {"pgas-prior": "PGAS, N = 10, prior proposal", "pgas-post": "PGAS, N = 10, posterior proposal",
           "beam": "BeamSampler"}
-
-
-def make_model(concentration, capacity):
-    import numpyro
-    import numpyro.distributions as dist
-
-    import numpyro_hdphmm as nh
-
-    emission = nh.emissions.Categorical(27, concentration)
-
-    def model(y):
-        gamma = numpyro.sample("gamma", dist.Gamma(3.0, 6.0))
-        alpha = numpyro.sample("alpha", dist.Gamma(4.0, 1.0))
-        nh.sample("y", nh.HDPHMM(gamma, alpha, emission, max_states=capacity), obs=y)
-
-    return model, emission
 
 
 def make_kernel(name, model, num_particles):
@@ -172,7 +165,7 @@ def baselines(y_train, y_test, concentration, num_symbols=27):
     return uni_ll, float(np.sum(np.log(big[prev, y_test])))
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=1000)
@@ -187,8 +180,9 @@ def main():
     parser.add_argument("--last-state", action="store_true",
                         help="also the variant started from the last training state")
     parser.add_argument("--quick", action="store_true", help="50 + 50 sweeps, thin 5, 2 chains, one seed")
-    parser.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--no-save", action="store_true", help="print only (default: save the results)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.write = not (args.no_save or args.quick)  # a --quick run checks the script, it records nothing
     if args.quick:
         args.warmup, args.samples, args.thin, args.chains, args.seeds = 50, 50, 5, 2, "0"
     if args.warmup % args.thin or args.samples % args.thin or args.samples < args.thin:
@@ -204,7 +198,7 @@ def main():
     data = nh.datasets.load_alice_characters()
     y_train = data.tokens[:NUM_TRAIN]
     y_test = data.tokens[NUM_TRAIN:NUM_TRAIN + NUM_TEST]
-    model, emission = make_model(args.concentration, args.capacity)
+    model, emission = models.alice_characters_model(args.concentration, args.capacity)
     load_start = os.getloadavg()
     kernels, blocks, compile_s = {}, {}, {}
     results = {n: dict(l=[], l_last=[], k=[], ll=[], seconds=0.0, sweeps=0) for n in names}
@@ -295,8 +289,8 @@ def main():
             say(f"- {LABELS[name]}: {diff:+.1f} nats (se {se:.1f}, z {diff / se:+.2f}); the paper: "
                 f"{PAPER['PGAS (N = 10)'][0] - PAPER['beam sampler'][0]:+.1f}")
     if args.write:
-        cmd = ("python benchmarks/bench_pgas_alice.py --quick" if args.quick else
-               "python benchmarks/bench_pgas_alice.py " + " ".join(
+        cmd = ("python -m benchmarks.reproductions alice-characters --quick" if args.quick else
+               "python -m benchmarks.reproductions alice-characters " + " ".join(
                    f"--{k} {v}" for k, v in (("warmup", args.warmup), ("samples", args.samples), ("thin", args.thin),
                                              ("chains", args.chains), ("seeds", args.seeds),
                                              ("kernels", args.kernels))))
@@ -309,7 +303,7 @@ def main():
         section = (SECTION if args.init_states == 10
                    else f"## Alice characters from {args.init_states} state{plural}: PGAS vs beam")
         text = header + ".\n\n" + "\n".join(lines)
-        print(f"wrote {write_section(section, cmd, text)}")
+        print(f"wrote {_save(section, cmd, text)}")
 
 
 if __name__ == "__main__":

@@ -65,12 +65,12 @@ Longer runs (part ``long``): the settings where SVI led in the grid (``kappa = 0
 (10) times the grid's passes.  ``K = 45`` (part ``k45``): the paper's WSJ truncation on the Alice
 sentences, ``M`` in {10, 100} x ``kappa`` in {0.5, 0.7}, the grid's passes.
 
-Usage: ``python benchmarks/bench_collapsed_svi.py [--quick] [--write] [--tie 0.002] [--skip PARTS]``
+Usage: ``python -m benchmarks.reproductions collapsed-svi [--quick] [--write] [--tie 0.002] [--skip PARTS]``
 (``--quick``: ``M = 100``, ``kappa`` in {0.5, 0.9}, 2,000 synthetic training sentences, fewer
 passes; ``--skip``: a comma list of ``grid``, ``throughput``, ``memory``, ``mcmc``, ``long``,
 ``k45``; ``--write`` updates the sections "Stochastic collapsed VI: the paper's grid" (only when
 the grid, throughput and memory all ran), "...: MCMC at equal time", "...: longer runs" and
-"...: K = 45" of ``docs/benchmarks.md``, each for the parts that ran).
+"...: K = 45" of ``benchmarks/results/reproductions.json``, each for the parts that ran).
 """
 
 from __future__ import annotations
@@ -86,6 +86,16 @@ import time
 import warnings
 
 import numpy as np
+
+from ..harness import results
+
+QUESTION = "reproductions"
+
+
+def _save(section, command, text):
+    """Save ``text`` as ``section`` of ``benchmarks/results/reproductions.json``; returns the path."""
+    return results.save(QUESTION, section.lstrip("# "), text, command)
+
 
 SECTION = "## Stochastic collapsed VI: the paper's grid"
 MCMC_SECTION = "## Stochastic collapsed VI: MCMC at equal time"
@@ -540,7 +550,7 @@ def memory(args, log):
     passes = 2 if args.quick else 3
     out = []
     for n in sizes:
-        cmd = [sys.executable, os.path.abspath(__file__), "--memory-worker", str(n), "--memory-passes", str(passes)]
+        cmd = [sys.executable, "-m", "benchmarks.reproductions", "collapsed-svi", "--memory-worker", str(n), "--memory-passes", str(passes)]
         res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
         line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
         if res.returncode or not line:
@@ -673,10 +683,10 @@ def runs_markdown(rows, ceilings, args, what):
                       "\"Stochastic collapsed VI: the paper's grid\"."] + ranking_tables(rows, ceilings, args))
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--no-save", action="store_true", help="print only (default: save the results)")
     parser.add_argument("--tie", type=float, default=0.002)
     parser.add_argument("--corpora", default="synthetic,alice")
     parser.add_argument("--skip", default="",
@@ -693,11 +703,11 @@ def main():
     parser.add_argument("--json", default=None, help="also dump the curves to this JSON file")
     parser.add_argument("--memory-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--memory-passes", type=int, default=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.write = not (args.no_save or args.quick)  # a --quick run checks the script, it records nothing
     args.kernels = args.kernels.split(",")
     args.mcmc_variants = args.mcmc_variants.split(",")
     args.mcmc_seconds = [float(s) for s in args.mcmc_seconds.split(",")]
-    sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")))
     warnings.filterwarnings("ignore", message=".*went to a state beyond the capacity")
     if args.memory_worker is not None:
         _memory_worker(args.memory_worker, args.memory_passes)
@@ -748,13 +758,12 @@ def main():
         elif sys.argv[i] != "--write" and not sys.argv[i].startswith("--json="):
             argv.append(sys.argv[i])
         i += 1
-    cmd = shlex.join(["python", "benchmarks/bench_collapsed_svi.py"] + argv)
+    cmd = shlex.join(["python", "-m", "benchmarks.reproductions", "collapsed-svi"] + argv)
     for section, text in sections.items():
         print(f"\n{section}\n\n{text}")
         if args.write and section not in partial:
-            from _docs import write_section
 
-            print("wrote", write_section(section, cmd, text))
+            print("wrote", _save(section, cmd, text))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(rows=rows, ceilings=ceilings, **results), fh)

@@ -4,7 +4,7 @@ and from 30 states.
 ``nh.datasets.pgas_set_b``: ``T = 4000``, 10 states, self-transition 0.75 (off-diagonal
 ``0.25 / 9``), Gaussian emissions with s.d. 0.5 and means ``-9, -7, ..., 9`` (the printed "2.0
 apart between -10 and 10" cannot hold ten points; see the data set's docstring).  The model is
-set A's (``benchmarks/bench_beam.py``): the non-sticky iHMM with the beam toolbox's hyperpriors
+set A's (:mod:`benchmarks.reproductions.set_a`): the non-sticky iHMM with the beam toolbox's hyperpriors
 ``alpha ~ Gamma(4, 1)``, ``gamma ~ Gamma(3, 6)``, the precision nearly fixed at its true value 4
 (``Gamma(1000, 250)``) and the paper's base measure for the means, ``N(0, 2^2)``, which puts the
 outer true means 4.5 prior standard deviations out.  Capacity (``L`` for the weak limit) 60.
@@ -19,26 +19,37 @@ truth.  Configurations: ``WeakLimitGibbs``, ``BeamSampler``, ``DirectAssignmentG
 
 Usage::
 
-    python benchmarks/bench_pgas_set_b.py [--configs NAME ...] [--starts 3 30] [--sweeps 1000]
+    python -m benchmarks.reproductions set-b [--configs NAME ...] [--starts 3 30] [--sweeps 1000]
         [--chains 8] [--out DIR]          # run, one .npz per configuration and start in DIR
-    python benchmarks/bench_pgas_set_b.py --report [--out DIR] [--write]
+    python -m benchmarks.reproductions set-b --report [--out DIR] [--write]
 
 ``--report`` reads the ``.npz`` files, prints the table and draws the figure; ``--write`` puts
-the table in the "PGAS synthetic set B" section of ``docs/benchmarks.md`` and the figure in
+the table in the "PGAS synthetic set B" section of ``benchmarks/results/reproductions.json`` and the figure in
 ``docs/_static/pgas_set_b.png`` (shown on the PGAS page).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import glob
 import os
 import time
 
 import numpy as np
 
-from _docs import write_section  # benchmarks/_docs.py (scripts run from this folder)
-from bench_beam import infinite_beta, set_a_model, weak_limit_init
+from ..harness import models
+from ..harness import results as suite_results
+from ..harness.models import set_a_model
+from .set_a import infinite_beta, weak_limit_init
+
+QUESTION = "reproductions"
+
+
+def _save(section, command, text):
+    """Save ``text`` as ``section`` of ``benchmarks/results/reproductions.json``; returns the path."""
+    return suite_results.save(QUESTION, section.lstrip("# "), text, command)
+
 
 SECTION = "## PGAS synthetic set B"
 CAPACITY = 60
@@ -52,7 +63,6 @@ CONFIGS = {
     "PGAS-N50-prior": ("PGAS", {"num_particles": 50, "proposal": "prior"}),
     "PGAS-N50-posterior": ("PGAS", {"num_particles": 50, "proposal": "posterior"}),
 }
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run(config, start, sweeps, chains, block, seed=0, say=print):
@@ -172,17 +182,21 @@ def figure(results, path):
     return path
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--starts", nargs="+", type=int, default=[3, 30])
     parser.add_argument("--sweeps", type=int, default=1000)
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--block", type=int, default=50, help="sweeps per compiled call (timed)")
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "pgas_set_b"))
+    parser.add_argument("--out", default=os.path.join(suite_results.RESULTS, "raw", "pgas_set_b"))
     parser.add_argument("--report", action="store_true", help="table and figure from the saved runs")
-    parser.add_argument("--write", action="store_true", help="with --report: into docs/benchmarks.md and docs/_static")
-    args = parser.parse_args()
+    parser.add_argument("--no-save", action="store_true", help="print only (default: save the results)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: the first configuration, start 3, 4 sweeps of 2 chains, nothing saved")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.write = not (args.no_save or args.quick)
+    if args.quick:
+        args.configs, args.starts, args.sweeps, args.chains, args.block = args.configs[:1], [3], 4, 2, 2
 
     def say(msg=""):
         print(msg, flush=True)
@@ -211,7 +225,7 @@ def main():
     say(text)
     png = os.path.join(args.out, "pgas_set_b.png")
     if args.write:
-        png = os.path.normpath(os.path.join(HERE, "..", "docs", "_static", "pgas_set_b.png"))
+        png = os.path.join(models.REPO, "docs", "_static", "pgas_set_b.png")
     say(f"figure: {figure(results, png)}")
     if args.write:
         r0 = results[0]
@@ -227,9 +241,9 @@ def main():
             "\"sweeps / seconds to 10 large\": first sweep with exactly 10 large states, median over the chains "
             "(- : fewer than half the chains got there); seconds = sweeps x the run's mean seconds per sweep of all "
             "chains together.  Figure: `docs/_static/pgas_set_b.png`, on the PGAS page.")
-        cmd = ("python benchmarks/bench_pgas_set_b.py [--configs ... --sweeps S] (once per group of rows) && "
-               "python benchmarks/bench_pgas_set_b.py --report --write")
-        say(f"wrote {write_section(SECTION, cmd, intro + chr(10) + chr(10) + text)}")
+        cmd = ("python -m benchmarks.reproductions set-b [--configs ... --sweeps S] (once per group of rows) && "
+               "python -m benchmarks.reproductions set-b --report --write")
+        say(f"wrote {_save(SECTION, cmd, intro + chr(10) + chr(10) + text)}")
 
 
 if __name__ == "__main__":

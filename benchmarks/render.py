@@ -27,7 +27,9 @@ DOC = os.path.join(REPO, "docs", "benchmarks.md")
 QUESTIONS = (
     ("sweeps", "Sweep speed and FFBS", """
 Milliseconds per sweep of each kernel and per forward-filtering backward-sampling pass (the state
-update every kernel runs).  Script: `python -m benchmarks.sweeps` (parts `ffbs`, `kernels`, `pair`).
+update every kernel runs).  Script: `python -m benchmarks.sweeps speed` (parts `ffbs`, `kernels`,
+`pair`; `--compare PATH` times another checkout's package against this one), `... sweeps beam` (the
+beam sampler against the weak limit), `... sweeps rcd` (`RCDSampler` on *Alice*).
 Every speed figure comes from the harness's one timer: each contender's compilation is timed apart
 (ahead-of-time `lower().compile()`), then the contenders run in alternating blocks in one process,
 so that a change of load on the shared machine falls on all of them; read the ratios of one run,
@@ -36,21 +38,22 @@ not absolute times across runs.
     ("compile", "Compile time and latency", """
 What a user waits for before the first sweep: tracing and compiling the kernel's programs, model
 discovery and initialization, with and without JAX's persistent compilation cache.  Script:
-`python -m benchmarks.compile` (each measurement in a fresh process).
+`python -m benchmarks.compile` (parts `first`, `breakdown`, `init`; each measurement in a fresh
+process).
 """),
     ("mixing", "Mixing: ESS per second, hyperparameters, starts, split-merge", """
 Effective samples per second of `num_states`, the log joint and each hyperparameter (bulk ESS,
 `arviz.ess`, over vectorized chains in one compiled `lax.scan`; compilation and initialization
 timed apart), and how the hyperparameter updates, the data-driven start and the split-merge moves
-change it.  Script: `python -m benchmarks.mixing` (parts `ess`, `hyperparameters`, `starts`,
+change it.  Script: `python -m benchmarks.mixing EXPERIMENT` (`ess`, `hyperparameters`, `starts`,
 `split-merge`).
 """),
     ("scaling", "Scaling", """
 Cost against the number of states, the capacity, the number of chains and of devices.  Script:
-`python -m benchmarks.scaling` (parts `states`, `chains`, `devices`).  Multi-device figures on
+`python -m benchmarks.scaling EXPERIMENT` (`states`, `chains`, `devices`).  Multi-device figures on
 simulated CPU devices measure overhead, not speed-up: see {doc}`scaling`.
 """),
-    ("stress", "Stress", """
+    ("stress", "Stress runs", """
 Long series, hostile data scales and many sweeps: non-finite values, memory and the distance to the
 truth.  Script: `python -m benchmarks.stress`.
 """),
@@ -64,8 +67,9 @@ the project's shared bench folder; `--dynamax PYTHON` for dynamax's FFBS).
 The papers' experiments rerun with the package's kernels: Fox et al. (experiments A and B, motion
 capture), the PGAS paper (synthetic sets A and B, Alice characters), the RCD paper (Sequence 1,
 Table 2 on Alice) and stochastic collapsed VI (the paper's grid).  Script:
-`python -m benchmarks.reproductions <experiment>`; the errata and set-ups are on the papers'
-pages ({doc}`pgas`, {doc}`rcd`, {doc}`collapsed_svi`).
+`python -m benchmarks.reproductions EXPERIMENT` (`fox`, `set-a`, `set-b`, `alice-characters`,
+`rcd-sequence1`, `rcd-table2`, `collapsed-svi`); the set-ups and the papers' errata are on the
+papers' pages ({doc}`pgas`, {doc}`rcd`, {doc}`collapsed_svi`).
 """),
     ("gpu", "GPU", """
 FFBS sequential against parallel-in-time, the weak-limit sweep and many vectorized chains on a GPU.

@@ -5,7 +5,7 @@ priors on gamma, alpha, kappa, ``max_states = 20``) with ``DirectAssignmentGibbs
 split_merge=n)``, 2 vectorized chains x (300 warm-up + 300 draws), float32.  Reported per ``n``:
 the posterior mode of ``num_states`` (pooled draws), the median over the draws of the normalized
 Hamming distance to the true states (optimal relabelling), the split-merge acceptance rate, the
-wall time (compilation included) and the ESS of ``num_states``.  The target (issue 16): mode 3,
+wall time (compilation included) and the ESS of ``num_states``.  The target: mode 3,
 median Hamming < 0.05.
 
 With ``--set-a``: PGAS synthetic set A (:mod:`benchmarks.reproductions.set_a`'s set-up: T = 4000, 4

@@ -1,4 +1,4 @@
-"""The paper-reproduction grid of stochastic collapsed VI (Wang & Blunsom 2014; issue 15).
+"""The paper-reproduction grid of stochastic collapsed VI (Wang & Blunsom 2014).
 
 Held-out per-token log-likelihood against passes and against wall-clock seconds for the three
 variants of :class:`numpyro_hdphmm.infer.CollapsedSVI`:

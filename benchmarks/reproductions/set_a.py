@@ -228,14 +228,14 @@ def set_a_exact_reference(num_draws=8, seed=0):
 
 
 def set_a_default_text(set_a, sweeps, num_chains, reference=None):
-    """The table of :func:`set_a_run` results from the kernels' default initialization (issue 16's
+    """The table of :func:`set_a_run` results from the kernels' default initialization (the
     set A target: 4 large states in every chain within 300 sweeps, Hamming < 0.05 after 1000)."""
     checkpoint = next(iter(set_a.values()))["checkpoint"]
     mode_draws = next(iter(set_a.values())).get("mode_draws", 0)
     mode_head = f" point estimate, last {mode_draws} draws |" if mode_draws else ""
     lines = [
         f"The set-up above (T = 4000, 4 true states, capacity / L = 40), {num_chains} vectorized chains from each "
-        f"kernel's default `init_strategy` (no `init_params`), {sweeps} sweeps.  Issue 16's target: 4 large "
+        f"kernel's default `init_strategy` (no `init_params`), {sweeps} sweeps.  The target: 4 large "
         f"states (each >= 1% of the steps) in every chain within {checkpoint} sweeps, Hamming < 0.05 after 1000.",
         "Hamming distances per chain" + (f"; the point estimate is each step's majority label over the chain's "
                                          f"last {mode_draws} draws (relabelled to its last draw)" if mode_draws else "")

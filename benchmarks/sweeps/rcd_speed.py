@@ -1,5 +1,5 @@
-"""Seconds per sweep of ``RCDSampler`` on *Alice* in each mode: the speed targets of the RCD
-issue (step-wise sweep at most 0.7 s and slice sweep at most 0.05 s on 2 cores, i.e. 10 times
+"""Seconds per sweep of ``RCDSampler`` on *Alice* in each mode, against the speed targets
+(step-wise sweep at most 0.7 s and slice sweep at most 0.05 s on 2 cores, i.e. 10 times
 the paper's C++ on a 3 GHz Xeon: step-wise 7.0 s, slice 0.47 s per sweep, its Table 2).
 
 Set-up: the *Alice* training words (:func:`numpyro_hdphmm.datasets.load_alice`, the last 1,000

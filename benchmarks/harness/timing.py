@@ -78,10 +78,11 @@ def kernel_contender(kernel, args: tuple, kwargs: dict | None = None, seed: int 
 
 
 def alternate(contenders: dict, blocks: int = 6, calls_per_block: int = 2, warmup_calls: int = 2,
-              sweeps_per_call: int = 1, budget_s: float = float("inf")) -> dict:
+              sweeps_per_call: int = 1, budget_s: float = float("inf"), observe: Callable | None = None) -> dict:
     """Time ``contenders`` (name -> :class:`Contender`) in alternating blocks; returns name ->
     :class:`Timing`.  Stops after the block in which ``budget_s`` seconds of timing were spent
-    (at least one block)."""
+    (at least one block).  ``observe(name, state)``, when given, is called after every timed call
+    (outside the timing), e.g. to record the states instantiated in each sweep."""
     out = {name: Timing(c.compile_s) for name, c in contenders.items()}
     for c in contenders.values():
         for _ in range(warmup_calls):
@@ -93,6 +94,8 @@ def alternate(contenders: dict, blocks: int = 6, calls_per_block: int = 2, warmu
                 t0 = time.perf_counter()
                 c.state = block(c.call(c.state))
                 out[name].times.append((time.perf_counter() - t0) / sweeps_per_call)
+                if observe is not None:
+                    observe(name, c.state)
         if time.perf_counter() - start > budget_s:
             break
     return out

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..harness import models, results
+from ..harness import models, results, timing
 
 QUESTION = "scaling"
 SECTION = "PGAS cost in the number of states"
@@ -149,19 +149,18 @@ def smc_sweep(kernel, state, y, L, seed):
 
 
 def time_all(configs, repeats):
-    """``repeats`` rounds; in each, one sweep of every configuration in turn."""
-    import jax
+    """``repeats`` rounds; in each, one sweep of every configuration in turn (the harness timer,
+    blocks of one call); records the states instantiated and the overflow of every timed sweep."""
+    contenders = {i: timing.Contender(c["run"], c["state"], c["compile_s"]) for i, c in enumerate(configs)}
 
-    for _ in range(repeats):
-        for c in configs:
-            t0 = time.perf_counter()
-            c["state"] = jax.block_until_ready(c["run"](c["state"]))
-            c["times"].append(time.perf_counter() - t0)
-            info = c["state"].info
-            c["inst"].append(int(info.num_instantiated))
-            c["overflow"] += int(info.overflow)
-    for c in configs:
-        c["sec"] = float(np.median(c["times"]))
+    def observe(i, state):
+        configs[i]["inst"].append(int(state.info.num_instantiated))
+        configs[i]["overflow"] += int(state.info.overflow)
+
+    times = timing.alternate(contenders, blocks=repeats, calls_per_block=1, warmup_calls=0, observe=observe)
+    for i, c in enumerate(configs):
+        c["state"], c["times"] = contenders[i].state, times[i].times
+        c["sec"] = times[i].median
         c["used"] = int(c["state"].num_states)
 
 

@@ -29,11 +29,10 @@ from __future__ import annotations
 import argparse
 import sys
 import os
-import time
 
 import numpy as np
 
-from ..harness import results
+from ..harness import results, timing
 from ..harness.models import fixed_model, segmented_gaussian, segments
 
 QUESTION = "sweeps"
@@ -41,56 +40,43 @@ SECTION = "Beam sampler"
 KERNELS = ("BeamSampler", "WeakLimitGibbs", "DirectAssignmentGibbs")
 
 
-def _block(x):
-    import jax
-
-    return jax.block_until_ready(x)
-
-
 def time_pair(K, y, init_states, repeats=10, warmup=10, budget_s=120.0, seed=0, copies=3):
     """Beam (capacity ``K``) and weak limit (``L = K``) on the same data, both started from
-    ``init_states``, ``warmup`` sweeps, then ``repeats`` sweeps of each, alternately, for
-    ``copies`` separately compiled copies of each kernel's step.  Returns ``{name: (median s per
-    sweep of the fastest copy, compile s, mean instantiated (beam), states used at the end)}``.
+    ``init_states``, ``warmup`` sweeps, then ``repeats`` sweeps of each, alternately (the harness
+    timer), for ``copies`` separately compiled copies of each kernel's step.  Returns ``{name:
+    (median s per sweep of the fastest copy, compile s, mean instantiated (beam), states used at
+    the end, temporary arena of one compiled sweep in bytes)}``.
 
-    Also returns, per kernel, the temporary arena of one compiled sweep in bytes (XLA:CPU
-    allocates it per call; glibc serves requests above 32 MiB with fresh ``mmap``s whose pages
-    fault in on every call).  Why copies: separately compiled copies of the same program
-    sometimes settle at different speeds on the 2-core benchmark machine (each stable over its
-    repeats), so the fastest copy is taken as the program's speed."""
+    The arena: XLA:CPU allocates it per call; glibc serves requests above 32 MiB with fresh
+    ``mmap``s whose pages fault in on every call.  Why copies: separately compiled copies of the
+    same program sometimes settle at different speeds on the 2-core benchmark machine (each stable
+    over its repeats), so the fastest copy is taken as the program's speed."""
     import jax
     import jax.numpy as jnp
 
     from numpyro_hdphmm.infer import BeamSampler, WeakLimitGibbs
 
-    runs, arena = [], {}
+    contenders, arena, inst = {}, {}, {}
     for cls in (BeamSampler, WeakLimitGibbs):
         kernel = cls(fixed_model(K))
         state = kernel.init(jax.random.key(seed), 0, {"y_states": jnp.asarray(init_states, jnp.int32)}, (y,), {})
         for copy in range(copies):
-            step = jax.jit(lambda s, kernel=kernel, copy=copy: kernel.sample(s, (y,), {}))
-            t0 = time.perf_counter()
-            compiled = step.lower(state).compile()
-            compile_s = time.perf_counter() - t0
-            arena.setdefault(cls.__name__, compiled.memory_analysis().temp_size_in_bytes)
-            s = _block(step(state))
-            for _ in range(warmup):
-                s = step(s)
-            runs.append([cls.__name__, step, _block(s), compile_s, [], []])
-    start = time.perf_counter()
-    for i in range(repeats):
-        for run in runs:
-            t0 = time.perf_counter()
-            run[2] = _block(run[1](run[2]))
-            run[4].append(time.perf_counter() - t0)
-            if hasattr(run[2].info, "num_instantiated"):
-                run[5].append(int(run[2].info.num_instantiated))
-        if i >= 2 and time.perf_counter() - start > budget_s:
-            break
+            c = timing.compile_step(lambda s, kernel=kernel: kernel.sample(s, (y,), {}), state)
+            arena.setdefault(cls.__name__, c.call.memory_analysis().temp_size_in_bytes)
+            contenders[(cls.__name__, copy)] = c
+            inst[(cls.__name__, copy)] = []
+
+    def observe(key, state):
+        if hasattr(state.info, "num_instantiated"):
+            inst[key].append(int(state.info.num_instantiated))
+
+    times = timing.alternate(contenders, blocks=repeats, calls_per_block=1, warmup_calls=warmup + 1,
+                             budget_s=budget_s, observe=observe)
     out = {}
-    for name, _, state, compile_s, times, inst in runs:
-        entry = (float(np.median(times)), compile_s, float(np.mean(inst)) if inst else float("nan"),
-                 int(state.num_states), arena[name])
+    for (name, copy), c in contenders.items():
+        entry = (times[(name, copy)].median, c.compile_s,
+                 float(np.mean(inst[(name, copy)])) if inst[(name, copy)] else float("nan"),
+                 int(c.state.num_states), arena[name])
         if name not in out:
             out[name] = entry
         elif entry[0] < out[name][0]:
@@ -114,7 +100,7 @@ def discovery(T, K, sweeps, checkpoints, mean_precision=None, seed=0):
             s = kernel.sample(s, (y,), {})
             return s, s.num_states
 
-        _, used = _block(jax.jit(lambda s, body=body: jax.lax.scan(body, s, None, length=sweeps))(state))
+        _, used = timing.block(jax.jit(lambda s, body=body: jax.lax.scan(body, s, None, length=sweeps))(state))
         used = np.asarray(used)
         out[cls.__name__] = [int(state.num_states)] + [int(used[c - 1]) for c in checkpoints]
     return out

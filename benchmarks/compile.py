@@ -1,0 +1,222 @@
+"""Compile time and latency: what a user waits for before the first sweep.
+
+Parts (``--parts``, default ``first``):
+
+- ``first``: for each kernel, a fresh process builds the README's model (Fox et al.'s experiment
+  A, T = 1000, max_states = 20) and times ``MCMC(kernel, num_warmup=5, num_samples=5).run`` twice:
+  ``first`` (tracing and compiling ``kernel.init`` and the sweep; the 10 sweeps take
+  milliseconds) and ``second`` (the same run on a new ``MCMC`` object: NumPyro re-traces its loop for
+  every run).  CPU seconds (``time.process_time``, all threads) beside wall seconds: on a shared
+  machine the wall clock includes waiting for a core.  ``--cache``: the same in two more processes
+  sharing a fresh ``JAX_COMPILATION_CACHE_DIR``; the second's ``first`` is what a repeated script pays.
+- ``breakdown``: where the first run's seconds go, from JAX's own compile log
+  (``jax_log_compiles``: tracing, lowering and XLA compilation of each program, wall seconds),
+  the 25 largest items and the totals per stage, plus a SHA-256 of the draws (same key, same hash:
+  compare two checkouts).
+- ``init``: ``WeakLimitGibbs.init`` at large T, the first call (compiling) and three more with new
+  keys (the cached programs only run).
+
+Results: ``benchmarks/results/compile.json`` (sections "Compile time", "Compile time: where the
+first run goes", "Initialization latency at large T").
+
+Usage::
+
+    python -m benchmarks.compile [--quick] [--parts first breakdown init] [--cache] [--kernels ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .harness import models, results
+from .harness.models import KERNELS
+
+QUESTION = "compile"
+WARMUP, SAMPLES = 5, 5
+
+
+def _mcmc_run(name, num_chains=1, T=1000):
+    """``(mcmc, seconds, cpu seconds)`` of one ``MCMC.run`` on the README's model."""
+    import jax
+    from numpyro.infer import MCMC
+
+    p = models.readme_problem(T)
+    mcmc = MCMC(models.kernel(name, p.model), num_warmup=WARMUP, num_samples=SAMPLES, num_chains=num_chains,
+                progress_bar=False, chain_method="vectorized")
+    t0, c0 = time.perf_counter(), time.process_time()
+    mcmc.run(jax.random.key(0), *p.args)
+    jax.block_until_ready(mcmc.get_samples())
+    return mcmc, time.perf_counter() - t0, time.process_time() - c0
+
+
+def child_first(name, second):
+    _, first, first_cpu = _mcmc_run(name)
+    sec, sec_cpu = _mcmc_run(name)[1:] if second else (float("nan"), float("nan"))
+    print("RESULT " + json.dumps({"kernel": name, "first": first, "second": sec, "first_cpu": first_cpu,
+                                  "second_cpu": sec_cpu}), flush=True)
+
+
+def child_breakdown(name, num_chains):
+    import jax
+
+    records = []
+
+    patterns = (("tracing", re.compile(r"Finished tracing \+ transforming (.+) for \w+ in ([0-9.e-]+) sec")),
+                ("lowering", re.compile(r"Finished jaxpr to MLIR module conversion (.+) in ([0-9.e-]+) sec")),
+                ("compilation", re.compile(r"Finished XLA compilation of (.+) in ([0-9.e-]+) sec")))
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            for stage, pattern in patterns:
+                m = pattern.search(msg)
+                if m:
+                    records.append((stage, m.group(1)[:60], float(m.group(2))))
+
+    handler = Collect()
+    logging.getLogger("jax").addHandler(handler)  # the compile log's records propagate to "jax"
+    jax.config.update("jax_log_compiles", True)
+    mcmc, wall, cpu = _mcmc_run(name, num_chains)
+    agg = collections.defaultdict(lambda: [0, 0.0])
+    for stage, fun, sec in records:
+        agg[(stage, fun)][0] += 1
+        agg[(stage, fun)][1] += sec
+    totals = collections.defaultdict(float)
+    for (stage, _), (_, sec) in agg.items():
+        totals[stage] += sec
+    h = hashlib.sha256()
+    samples = mcmc.get_samples()
+    for k in sorted(samples):
+        h.update(k.encode())
+        h.update(np.asarray(samples[k]).tobytes())
+    top = sorted(agg.items(), key=lambda kv: -kv[1][1])[:25]
+    print("RESULT " + json.dumps({"kernel": name, "wall": wall, "cpu": cpu, "hash": h.hexdigest(),
+                                  "totals": dict(totals), "top": [[s, f, n, sec] for (s, f), (n, sec) in top]}))
+
+
+def child_init(T):
+    import jax
+
+    p = models.readme_problem(T)
+    kernel = models.kernel("WeakLimitGibbs", p.model)
+    c0, t0 = time.process_time(), time.perf_counter()
+    jax.block_until_ready(kernel.init(jax.random.key(0), 5, None, p.args, {}))
+    first = (time.process_time() - c0, time.perf_counter() - t0)
+    again = []
+    for i in range(3):
+        c0, t0 = time.process_time(), time.perf_counter()
+        jax.block_until_ready(kernel.init(jax.random.key(i + 1), 5, None, p.args, {}))
+        again.append((time.process_time() - c0, time.perf_counter() - t0))
+    print("RESULT " + json.dumps({"T": T, "first": first, "again": again}))
+
+
+def spawn(*child_args, env=None, timeout=1800) -> dict:
+    """Run ``python -m benchmarks.compile --_child ...`` in a fresh process; its ``RESULT`` line."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--_child", *map(str, child_args)],
+                         cwd=models.REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                         timeout=timeout)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def measure_first(name, second, cache_dir=None):
+    env = None
+    if cache_dir is not None:
+        env = dict(JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return {"kernel": name, **spawn("first", name, int(second), env=env)}
+
+
+def first_table(rows):
+    both = lambda r, k: "failed" if "error" in r else "-" if r[k] != r[k] else f"{r[k + '_cpu']:.1f} / {r[k]:.1f}"
+    out = []
+    for row in rows:
+        p = row["plain"]
+        cached = [both(row["cached"], "first"), f"{row['cache_mb']:.1f}"] if "cached" in row else ["-", "-"]
+        out.append([f"`{p['kernel']}`", both(p, "first"), both(p, "second"), *cached])
+    return results.table(["kernel", "first run, CPU / wall (s)", "second run, CPU / wall (s)",
+                          "cached first run, CPU / wall (s)", "cache (MB)"], out)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", default=["first"], choices=["first", "breakdown", "init"])
+    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
+    parser.add_argument("--cache", action="store_true", help="also measure with the persistent compilation cache")
+    parser.add_argument("--no-second", action="store_true", help="skip the second run in the same process")
+    parser.add_argument("--chains", type=int, default=1, help="breakdown: vectorized chains")
+    parser.add_argument("--init-steps", type=int, default=100_000, help="init: T")
+    parser.add_argument("--quick", action="store_true", help="WeakLimitGibbs only, no second run, init at T = 2000")
+    parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--_child", nargs="+", help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.quick:  # a smoke run checks the script; it records nothing
+        args.no_save = True
+    if args._child:
+        what, *rest = args._child
+        {"first": lambda n, s: child_first(n, s == "1"), "breakdown": lambda n, c: child_breakdown(n, int(c)),
+         "init": lambda t: child_init(int(t))}[what](*rest)
+        return
+    if args.quick:
+        args.kernels, args.no_second, args.init_steps = ["WeakLimitGibbs"], True, 2000
+    command = results.command_line("compile", argv)
+    save = (lambda *a, **k: None) if args.no_save else results.save
+    if "first" in args.parts:
+        rows = []
+        for name in args.kernels:
+            row = {"plain": measure_first(name, not args.no_second)}
+            if args.cache:
+                with tempfile.TemporaryDirectory() as d:
+                    row["fill"] = measure_first(name, False, d)
+                    row["cached"] = measure_first(name, False, d)
+                    row["cache_mb"] = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 2**20
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        save(QUESTION, "Compile time", [results.text(
+            f"`MCMC(kernel, num_warmup={WARMUP}, num_samples={SAMPLES}, num_chains=1).run` on the README's model "
+            "(experiment A, T = 1000, max_states = 20), each kernel in a fresh process.  Seconds, CPU / wall: "
+            "`first` run (tracing and compiling), `second` the identical run in the same process, `cached` the "
+            "first run of a fresh process whose persistent compilation cache a previous process filled."),
+            first_table(rows)], command, data=rows)
+    if "breakdown" in args.parts:
+        for name in args.kernels:
+            r = spawn("breakdown", name, args.chains)
+            if "error" in r:
+                print(f"{name}: {r['error']}")
+                continue
+            print(json.dumps({k: r[k] for k in ("kernel", "wall", "cpu", "hash", "totals")}))
+            save(QUESTION, f"Compile time: where the first run goes ({name})", [results.text(
+                f"First `MCMC.run` of `{name}` ({args.chains} chain(s)) in a fresh process: {r['wall']:.1f} s wall, "
+                f"{r['cpu']:.1f} s CPU; JAX's compile log (wall seconds) per stage: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in r["totals"].items()) + f".  Draws' SHA-256 `{r['hash'][:16]}`."),
+                results.table(["stage", "function", "count", "seconds"],
+                              [[s, f"`{f}`", n, f"{sec:.2f}"] for s, f, n, sec in r["top"]], ["l", "l", "r", "r"])],
+                command, data=r)
+    if "init" in args.parts:
+        r = spawn("init", args.init_steps)
+        print(json.dumps(r))
+        if "error" not in r:
+            save(QUESTION, "Initialization latency at large T", [results.text(
+                f"`WeakLimitGibbs.init` on the README's model at T = {r['T']}: first call (tracing, compiling, "
+                f"running) {r['first'][0]:.2f} CPU s / {r['first'][1]:.2f} wall s; three more with new keys (the "
+                "cached programs only run): " + ", ".join(f"{c:.2f} / {w:.2f}" for c, w in r["again"])
+                + " CPU / wall s.")], command, data=r)
+
+
+if __name__ == "__main__":
+    main()

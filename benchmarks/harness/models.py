@@ -1,0 +1,257 @@
+"""The benchmark suite's models and data sets, each defined once.
+
+Every script takes its models from here.  A *model* is a NumPyro model function ``model(y, ...)``
+built by a factory; a *problem* (:class:`Problem`) bundles a model with its data, the capacity
+and the true states (when the data have them).  :data:`PROBLEMS` maps the names the scripts accept
+on their command lines to the problem factories.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+#: the package's MCMC kernels, in the order of every table
+KERNELS = ("WeakLimitGibbs", "DirectAssignmentGibbs", "BeamSampler", "RCDSampler", "PGAS")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def kernel(name: str, model: Callable, **options):
+    """``nh.infer.<name>(model, **options)``; ``name`` one of :data:`KERNELS`."""
+    import numpyro_hdphmm as nh
+
+    if name not in KERNELS:
+        raise ValueError(f"`name` must be one of {KERNELS}, got {name!r}.")
+    return getattr(nh.infer, name)(model, **options)
+
+
+# ------------------------------------------------------------------------------ models
+def readme_model(max_states: int = 20, sticky: bool = True):
+    """The README's model (Fox et al.'s experiment A): Gamma priors on gamma, alpha (and kappa when
+    ``sticky``), ``GaussianNIW.weakly_informative`` emissions; ``sticky=False`` is ``nh.HDPHMM``."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
+        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
+        emission = nh.emissions.GaussianNIW.weakly_informative(y)
+        if sticky:
+            kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
+            hmm = nh.StickyHDPHMM(gamma=gamma, alpha=alpha, kappa=kappa, emission=emission, max_states=max_states)
+        else:
+            hmm = nh.HDPHMM(gamma=gamma, alpha=alpha, emission=emission, max_states=max_states)
+        nh.sample("y", hmm, obs=y)
+
+    return model
+
+
+def fixed_model(max_states: int, mean_precision: float | None = None, alpha: float = 1.0, kappa: float = 10.0):
+    """Sticky HDP-HMM with constant gamma = 1, ``alpha``, ``kappa`` and the data-scaled NIW prior
+    (``mean_precision`` passed on to ``GaussianNIW.weakly_informative`` when given)."""
+    import numpyro_hdphmm as nh
+
+    def model(y):
+        extra = {} if mean_precision is None else {"mean_precision": mean_precision}
+        emission = nh.emissions.GaussianNIW.weakly_informative(y, **extra)
+        nh.sample("y", nh.StickyHDPHMM(1.0, alpha, kappa, emission, max_states=max_states), obs=y)
+
+    return model
+
+
+def set_a_model(max_states: int):
+    """The PGAS paper's synthetic set A model: a non-sticky iHMM, alpha ~ Gamma(4, 1), gamma ~
+    Gamma(3, 6) (the beam toolbox's hyperpriors), precision nearly fixed at 4, mean ~ N(0, 2^2)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(3.0, 6.0))
+        alpha = numpyro.sample("alpha", dist.Gamma(4.0, 1.0))
+        emission = nh.emissions.DiagonalGaussian(jnp.zeros(1), 1.0 / 16.0, 1000.0, 250.0)
+        nh.sample("y", nh.HDPHMM(gamma, alpha, emission, max_states=max_states), obs=y)
+
+    return model
+
+
+#: the HCRP emission prior's base concentration and the Gamma prior of its scale (RCD paper)
+HCRP_B0, HCRP_SCALE_PRIOR = 1.0, (1.0, 1.0)
+
+
+def alice_words_model(num_words: int, capacity: int, emission_prior: str = "dirichlet"):
+    """The RCD paper's non-sticky HDP-HMM on words: ``(model, emission)``, gamma, alpha ~ Gamma(1, 1),
+    ``Categorical(num_words, 0.1)`` emissions (``emission_prior="hcrp"``: the hierarchical
+    categorical prior ``phi ~ Dir(HCRP_B0 / V)``, ``probs_k ~ Dir(s phi)``, ``s ~ Gamma(1, 1)``)."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    if emission_prior not in ("dirichlet", "hcrp"):
+        raise ValueError(f"`emission_prior` must be 'dirichlet' or 'hcrp', got {emission_prior!r}.")
+    emission = nh.emissions.Categorical(num_words, 0.1)
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 1.0))
+        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0))
+        family = emission
+        if emission_prior == "hcrp":
+            s = numpyro.sample("s", dist.Gamma(*HCRP_SCALE_PRIOR))
+            family = nh.emissions.hierarchical_categorical("phi", num_words, s, HCRP_B0)
+        nh.sample("y", nh.HDPHMM(gamma, alpha, family, max_states=capacity), obs=y)
+
+    return model, emission
+
+
+def alice_characters_model(concentration: float, capacity: int, num_symbols: int = 27):
+    """The PGAS paper's iHMM on characters: ``(model, emission)``, gamma ~ Gamma(3, 6), alpha ~
+    Gamma(4, 1), ``Categorical(num_symbols, concentration)`` emissions."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    emission = nh.emissions.Categorical(num_symbols, concentration)
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(3.0, 6.0))
+        alpha = numpyro.sample("alpha", dist.Gamma(4.0, 1.0))
+        nh.sample("y", nh.HDPHMM(gamma, alpha, emission, max_states=capacity), obs=y)
+
+    return model, emission
+
+
+def example_module(name: str):
+    """The module ``examples/<name>.py`` (the examples are the documentation of their models:
+    the motion-capture AR-HMM is defined there once and loaded from there)."""
+    path = os.path.join(REPO, "examples", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------ data
+def segments(T: int, num_segments: int = 10) -> np.ndarray:
+    """``(T,)`` labels of ``num_segments`` equal blocks."""
+    return np.minimum(np.arange(T) * num_segments // T, num_segments - 1)
+
+
+def segmented_gaussian(T: int, D: int, num_segments: int = 10, seed: int = 0) -> np.ndarray:
+    """``(T, D)`` float32: ``num_segments`` equal segments with well-separated means N(0, 5^2)
+    plus unit noise (true labels: :func:`segments`)."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(scale=5.0, size=(num_segments, D))
+    return (means[segments(T, num_segments)] + rng.normal(size=(T, D))).astype(np.float32)
+
+
+def five_regimes(T: int, seed: int = 0) -> np.ndarray:
+    """``(T, 2)`` float32: runs of 200 steps drawn among 5 well-separated 2-D means."""
+    rng = np.random.default_rng(seed)
+    seg = np.repeat(rng.integers(0, 5, size=T // 200 + 1), 200)[:T]
+    means = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [-6.0, 0.0], [0.0, -6.0]])
+    return (means[seg] + rng.normal(size=(T, 2))).astype(np.float32)
+
+
+def fox_a(T: int = 1000, seed: int = 0):
+    """Fox et al.'s experiment A: ``(y (T, 1) float32, states (T,))``."""
+    import numpyro_hdphmm as nh
+
+    data = nh.datasets.fox_experiment_a(num_steps=T, seed=seed)
+    return np.asarray(data.observations, np.float32), np.asarray(data.states)
+
+
+# ------------------------------------------------------------------------------ problems
+@dataclass(frozen=True)
+class Problem:
+    """A model with its data: ``model(*args)``; ``truth`` the true states (or ``None``);
+    ``hamming(z)`` the normalized Hamming distance of one chain's states to ``truth``."""
+
+    name: str
+    model: Callable
+    args: tuple
+    capacity: int
+    T: int
+    truth: Any = None
+    hamming: Callable | None = None
+    description: str = ""
+
+
+def _hamming(truth):
+    import numpyro_hdphmm as nh
+
+    return lambda z: float(nh.diagnostics.hamming_distance(np.asarray(z)[None], truth)[0])
+
+
+def readme_problem(T: int = 1000, capacity: int = 20, seed: int = 0) -> Problem:
+    y, truth = fox_a(T, seed)
+    return Problem("readme", readme_model(capacity), (y,), capacity, T, truth, _hamming(truth),
+                   f"the README's model on Fox et al.'s experiment A, T = {T}, max_states = {capacity}")
+
+
+def segments_problem(T: int = 1000, capacity: int = 30, D: int = 2, seed: int = 0) -> Problem:
+    y = segmented_gaussian(T, D, seed=seed)
+    truth = segments(T)
+    return Problem("segments", fixed_model(capacity), (y,), capacity, T, truth, _hamming(truth),
+                   f"{D}-D Gaussian, 10 well-separated segments, constant gamma = 1, alpha = 1, kappa = 10, "
+                   f"T = {T}, capacity {capacity}")
+
+
+def set_a_problem(T: int = 4000, capacity: int = 20, seed: int = 0) -> Problem:
+    import numpyro_hdphmm as nh
+
+    data = nh.datasets.pgas_set_a(num_steps=T, seed=seed)
+    truth = np.asarray(data.states)
+    return Problem("pgas_set_a", set_a_model(capacity), (np.asarray(data.observations, np.float32),), capacity, T,
+                   truth, _hamming(truth), f"PGAS synthetic set A, T = {T}, capacity {capacity}")
+
+
+def mocap_problem(capacity: int = 30) -> Problem:
+    """The six motion-capture sequences with ``examples/mocap.py``'s AR(1) HDP-HMM."""
+    import jax.numpy as jnp
+
+    import numpyro_hdphmm as nh
+
+    ex = example_module("mocap")
+    data = nh.datasets.load_mocap6()
+    lengths = np.asarray(data.lengths)
+    y, _, _ = ex.standardize(data.observations, lengths)
+    truth = ex.valid_frames(data.states, lengths)
+
+    def hamming(z):
+        return float(nh.diagnostics.hamming_distance(ex.valid_frames(np.asarray(z), lengths)[None], truth)[0])
+
+    return Problem("mocap", ex.make_model(ex.emission_prior(y, lengths), capacity),
+                   (y, jnp.asarray(lengths, jnp.int32)), capacity, int(lengths.sum()), truth, hamming,
+                   f"motion capture, 6 sequences, AR(1) emissions, capacity {capacity}")
+
+
+def alice_words_problem(num_words: int = 5000, capacity: int = 60, emission_prior: str = "dirichlet") -> Problem:
+    import numpyro_hdphmm as nh
+
+    alice = nh.datasets.load_alice()
+    y = np.asarray(alice.tokens[:num_words])
+    model, _ = alice_words_model(len(alice.vocabulary), capacity, emission_prior)
+    return Problem("alice", model, (y,), capacity, len(y), None, None,
+                   f"the first {num_words} words of Alice, capacity {capacity}")
+
+
+#: name -> factory of a :class:`Problem` (keyword arguments: sizes)
+PROBLEMS = {"readme": readme_problem, "fox_a": readme_problem, "segments": segments_problem,
+            "pgas_set_a": set_a_problem, "mocap": mocap_problem, "alice": alice_words_problem}
+
+
+def problem(name: str, **sizes) -> Problem:
+    if name not in PROBLEMS:
+        raise ValueError(f"`name` must be one of {sorted(PROBLEMS)}, got {name!r}.")
+    return PROBLEMS[name](**sizes)

@@ -1,0 +1,10 @@
+"""Sweep speed and FFBS: milliseconds per sweep of every kernel and per FFBS pass (``speed``:
+parts ``ffbs``, ``kernels``, ``pair``; ``--compare PATH`` against another checkout), the beam
+sampler's cost against the weak limit, instantiated states and discovery (``beam``), and
+``RCDSampler`` on *Alice* against the RCD paper's C++ (``rcd``).
+
+Run ``python -m benchmarks.sweeps EXPERIMENT [--quick] [options]``; results go to
+``benchmarks/results/sweeps.json``.
+"""
+
+EXPERIMENTS = {"speed": "speed", "beam": "beam", "rcd": "rcd_speed"}

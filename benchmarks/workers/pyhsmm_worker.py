@@ -1,0 +1,65 @@
+"""Peer worker for pyhsmm, run by :mod:`benchmarks.harness.peers` under the Python of a venv where
+pyhsmm is built (a standalone script: it imports nothing from this repository).
+
+JSON-lines protocol on stdin / the original stdout (library prints go to stderr):
+  {"cmd": "setup", "data": npz, "L": L, "seed": s, "warmup": 10} -> {"ok": true, ...}
+  {"cmd": "run", "n": 20}        -> {"times": [seconds per sweep, ...], "used": #states used}
+  {"cmd": "chain", "data": npz, "L": L, "seed": s, "sweeps": 300} -> {"states": [...], "seconds": s}
+"""
+import os
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see README: multithreaded OpenBLAS is ~20x slower here
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import json, sys, time
+proto = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1); sys.stdout = sys.stderr
+
+import numpy as np
+import pyhsmm
+from pyhsmm.internals import hmm_messages_interface as _hmi  # fail loudly if the C++ module is missing
+del _hmi
+from pybasicbayes.distributions import Gaussian
+
+
+def build(y, L, seed):
+    np.random.seed(seed)
+    D = y.shape[1]
+    # data-scaled NIW prior, the same as numpyro-hdphmm's GaussianNIW.weakly_informative(y):
+    # mu_0 = data mean, kappa_0 = 0.01, nu_0 = D + 2, sigma_0 = data covariance + 1e-6 I
+    mu0 = y.mean(0)
+    S0 = np.cov(y.T, bias=True).reshape(D, D) + 1e-6 * np.eye(D)
+    obs = [Gaussian(mu_0=mu0, sigma_0=S0, kappa_0=0.01, nu_0=D + 2.0) for _ in range(L)]
+    m = pyhsmm.models.WeakLimitStickyHDPHMM(alpha=1.0, gamma=1.0, kappa=10.0, init_state_concentration=1.0, obs_distns=obs)
+    m.add_data(y)
+    assert type(m.states_list[0]).__name__ == "HMMStatesEigen"
+    return m
+
+
+model = None
+for line in sys.stdin:
+    msg = json.loads(line)
+    cmd = msg["cmd"]
+    if cmd == "quit":
+        break
+    if cmd == "setup":
+        y = np.load(msg["data"])["y"].astype(np.float64)
+        t0 = time.perf_counter()
+        model = build(y, msg["L"], msg["seed"])
+        for _ in range(msg.get("warmup", 10)):
+            model.resample_model()
+        out = {"ok": True, "setup_s": time.perf_counter() - t0, "dtype": "float64",
+               "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+    elif cmd == "run":
+        times = []
+        for _ in range(msg["n"]):
+            t0 = time.perf_counter()
+            model.resample_model()
+            times.append(time.perf_counter() - t0)
+        out = {"times": times, "used": int(len(np.unique(model.states_list[0].stateseq)))}
+    elif cmd == "chain":
+        y = np.load(msg["data"])["y"].astype(np.float64)
+        m = build(y, msg["L"], msg["seed"])
+        t0 = time.perf_counter()
+        for _ in range(msg["sweeps"]):
+            m.resample_model()
+        out = {"states": m.states_list[0].stateseq.astype(int).tolist(), "seconds": time.perf_counter() - t0}
+    proto.write(json.dumps(out) + "\n")

@@ -7,7 +7,7 @@ import numpy as np
 
 def majority(draws):
     """The per-step majority label of ``draws (S, T)``, each draw relabelled to the last one first
-    (:func:`numpyro_hdphmm.diagnostics.relabel`), so that a label switch cannot split a state."""
+    (:func:`numpyro_hdphmm.results.diagnostics.relabel`), so that a label switch cannot split a state."""
     import numpyro_hdphmm as nh
 
     aligned = np.asarray(nh.diagnostics.relabel(draws, draws[-1])[0])

@@ -189,7 +189,7 @@ print(f"true parameters: {truth_ll:.3f}")
 # (:func:`numpyro_hdphmm.datasets.load_alice`) cut after every ``EOS``, the ``EOS`` kept as the
 # sentence's last word (1,423 sentences, ``V = 1,487``), a random 90% / 10% split by sentence,
 # ``K = 20``, ``M = 100``, ``kappa = 0.7``, scored after every pass.  The whole grid of batch sizes
-# and forgetting rates on both corpora is ``benchmarks/bench_collapsed_svi.py``
+# and forgetting rates on both corpora is ``python -m benchmarks.reproductions collapsed-svi``
 # (:doc:`../benchmarks`).
 
 alice = nh.datasets.load_alice()
@@ -249,7 +249,7 @@ print(f"Alice (R1) SCVI-HDP {alice_final['SCVI-HDP']:.4f} >= SCVI {alice_final['
 # The full build is ``python examples/papers/plot_collapsed_svi.py`` without ``NH_DOCS_QUICK``
 # (3.5 minutes before the Alice section was added).  Only one setting of the paper's grid (``M``
 # in {10, 100, 1000}, ``kappa`` in {0.5, 0.7, 0.9}) is run here.
-# ``benchmarks/bench_collapsed_svi.py`` runs the whole grid on both corpora
+# ``python -m benchmarks.reproductions collapsed-svi`` runs the whole grid on both corpora
 # (:doc:`../benchmarks`).  SCVI beats SVI there where the runs make many updates with slowly
 # decaying steps, by 0.05 to 0.27 nats per token: 4 of 9 settings on the synthetic corpus and
 # 3 of 9 on Alice, all with ``M <= 100`` and ``kappa <= 0.7``.  On Alice at ``M = 10, kappa =

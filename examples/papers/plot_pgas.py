@@ -45,7 +45,7 @@ y, truth = data.observations.astype(np.float32), data.states
 # The model: the non-sticky iHMM with the beam toolbox's hyperpriors (``alpha ~ Gamma(4, 1)``,
 # ``gamma ~ Gamma(3, 6)``, both updated exactly), Gaussian emissions with a wide prior on the
 # mean and the precision nearly fixed at its true value 4 (``Gamma(1000, 250)``), as in
-# ``benchmarks/bench_beam.py``.
+# ``python -m benchmarks.reproductions set-a``.
 
 
 def make_model(capacity):

@@ -22,7 +22,7 @@ This page checks two things:
    on a scaled-down text, beside the paper's numbers;
 3. the paper's **Sequence 1 experiment** (its Fig. 5): the distribution over 64 chains of the
    mutual information with the true 8-state labelling after a fixed budget, per kernel, with and
-   without split-merge (recorded by ``benchmarks/bench_rcd.py``, plotted here).
+   without split-merge (recorded by ``python -m benchmarks.reproductions rcd-sequence1``, plotted here).
 """
 
 import itertools
@@ -298,7 +298,7 @@ fig.tight_layout()
 #   0.14 s step-wise and 0.22 s slice in another: the per-step overhead and a loaded machine,
 #   not ``K``).  The paper's blocked FFBS (29,380 s per sweep at 1,841
 #   states) is ``O(block (K+1)^2)`` per block; at small ``K`` it is not slower.  On the full
-#   training text at about 400 states (``benchmarks/bench_rcd_speed.py``, :doc:`../benchmarks`,
+#   training text at about 400 states (``python -m benchmarks.sweeps rcd``, :doc:`../benchmarks`,
 #   "RCD speed on Alice") a step-wise sweep takes about 0.56 s, 12 times less than the paper's
 #   C++, and a slice sweep about 0.9 s: our slice sweep evaluates every state and masks, so it
 #   does not get the paper's pruning speed-up (:doc:`../rcd`, "Speed").
@@ -311,7 +311,7 @@ fig.tight_layout()
 # The full build (``python examples/papers/plot_rcd.py`` without ``NH_DOCS_QUICK``: 4,000
 # chains for the exactness check, 10,000 words and 150 sweeps per mode) was not run for this page.
 # The whole training text, the four modes at equal time (8 minutes each), is in
-# :doc:`../benchmarks`, "RCD Table 2 on Alice" (``benchmarks/bench_rcd_table2.py``): after 8
+# :doc:`../benchmarks`, "RCD Table 2 on Alice" (``python -m benchmarks.reproductions rcd-table2``): after 8
 # minutes every mode beats the unigram baseline (perplexity 194-217 against 323) and the block
 # modes are the worst, as in the paper.
 
@@ -326,7 +326,7 @@ fig.tight_layout()
 # sweeps from the package's default start (clustered windows of the symbols) and 100 sweeps from
 # a prior draw, ``gamma, alpha ~ Gamma(1, 1)``; the runs take about 25 minutes, so this page plots
 # the mutual information they recorded after every sweep
-# (``python benchmarks/bench_rcd.py --sweeps 200 --chains 64 --kernels
+# (``python -m benchmarks.reproductions rcd-sequence1 --sweeps 200 --chains 64 --kernels
 # stepwise,slice,beam,beam+sm,da,da+sm,da-aux --init data --seed 1 --save ...`` and ``--sweeps 100
 # --kernels beam,beam+sm,da,da+sm --init prior``; the tables are in :doc:`../rcd`).
 

@@ -1,11 +1,9 @@
 """Model classes: NumPyro distributions over sequences whose latent structure
 :func:`numpyro_hdphmm.sample` declares as explicit sites (:mod:`numpyro_hdphmm.models.base`).
 
-==================  ===========================================  ====================================
-kind                classes                                      latent structure beyond the HDP layer
-==================  ===========================================  ====================================
-``"hmm"``           :class:`StickyHDPHMM`, :class:`HDPHMM`       discrete states, emission parameters
-==================  ===========================================  ====================================
+* ``"hmm"``: :class:`~numpyro_hdphmm.StickyHDPHMM` and :class:`~numpyro_hdphmm.HDPHMM`; latent
+  structure beyond the HDP layer (``beta``, the rows): the discrete states and the emission
+  parameters.
 
 A new model class is a module here and one line in :data:`MODEL_CLASSES` (``docs/kernels.md``).
 """
@@ -18,4 +16,5 @@ MODEL_CLASSES = {
     "hmm": StickyHDPHMM,
 }
 
-__all__ = ["MODEL_CLASSES", "ModelClass", "SiteRole", "StickyHDPHMM", "HDPHMM", "DEFAULT_NUM_STEPS"]
+# StickyHDPHMM and HDPHMM are documented where users meet them, as numpyro_hdphmm.StickyHDPHMM / HDPHMM
+__all__ = ["MODEL_CLASSES", "ModelClass", "SiteRole", "DEFAULT_NUM_STEPS"]

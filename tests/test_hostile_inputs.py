@@ -16,9 +16,11 @@ from numpyro.infer.reparam import Reparam
 import numpyro_hdphmm as nh
 from numpyro_hdphmm import emissions as em
 from numpyro_hdphmm.infer.plumbing.discovery import discovery_trace
-from numpyro_hdphmm.infer import BeamSampler, CollapsedSVI, DirectAssignmentGibbs, PGAS, RCDSampler, WeakLimitGibbs
 
-KERNELS = [WeakLimitGibbs, DirectAssignmentGibbs, BeamSampler, RCDSampler, PGAS]
+from kernel_registry import kernel_classes
+from numpyro_hdphmm.infer import CollapsedSVI, WeakLimitGibbs
+
+KERNELS = kernel_classes()  # every kernel class of the conformance registry (tests/kernel_registry.py)
 _RNG = np.random.default_rng(0)
 _Y = _RNG.normal(size=(30, 1))
 _Y[15:] += 4.0
@@ -130,6 +132,7 @@ def test_handlers_on_other_sites_and_seed_work():
 
 
 @pytest.mark.slow  # two compilations of a kernel (about a minute on 2 cores)
+@pytest.mark.robustness
 def test_seeded_model_gives_the_same_draws():
     def run(model):
         mcmc = MCMC(WeakLimitGibbs(model), num_warmup=2, num_samples=3, progress_bar=False)

@@ -15,8 +15,9 @@ from hypothesis import strategies as hs
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm import emissions as em
-from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, PGAS, RCDSampler, WeakLimitGibbs
 from numpyro_hdphmm.infer.plumbing.discovery import discovery_trace
+
+from kernel_registry import kernel_classes
 
 _COMMON = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 FAST = settings(max_examples=12, **_COMMON)
@@ -122,16 +123,18 @@ def test_data_are_read_as_given_or_refused_clearly(**kw):
 
 
 @pytest.mark.slow
+@pytest.mark.robustness
 @settings(SLOW, max_examples=300)
 @given(**_STRATEGIES)
 def test_data_are_read_as_given_or_refused_clearly_slow(**kw):
     check_data_read_as_given(**kw)
 
 
-KERNELS = (WeakLimitGibbs, DirectAssignmentGibbs, BeamSampler, RCDSampler, PGAS)
+KERNELS = tuple(kernel_classes())  # every kernel class of the conformance registry (tests/kernel_registry.py)
 
 
 @pytest.mark.slow
+@pytest.mark.robustness
 @SLOW
 @given(kernel=hs.sampled_from(KERNELS), family=hs.sampled_from(("GaussianNIW", "Poisson", "Categorical")),
        dtype_name=hs.sampled_from(("int64", "float32", "float64")), magnitude=hs.integers(-3, 9),

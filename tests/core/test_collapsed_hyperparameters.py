@@ -52,6 +52,7 @@ def _slice_gamma_log_space(key, shape, rate, steps=10):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_slice_sample_targets_its_density():
     """The sampler alone (the collapsed updates' checks below exercise it too, in the default set)."""
     x = _chains(lambda k: _slice_gamma_log_space(k, 2.5, 4.0))
@@ -59,6 +60,8 @@ def test_slice_sample_targets_its_density():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_slice_sample_negative_control(monkeypatch):
     """A slice level drawn too low (``log f(x0) - 2E``: a slice of the wrong height) is detected."""
     real = slice_sampling.random
@@ -180,6 +183,7 @@ def test_alpha_kappa_collapsed_detects_missing_start_row():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_c_rho_form():
     """``alpha + kappa ~ Gamma``, ``rho ~ Beta`` (Fox et al. App. III)."""
     c_prior, rho_prior = (3.0, 0.5), (2.0, 2.0)
@@ -195,6 +199,7 @@ def test_c_rho_form():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_single_parameter_form():
     """``alpha`` alone (``kappa`` fixed at 3)."""
     draws = _alpha_kappa_chains(crp.HyperPriors(alpha=(2.0, 1.0)), kappa0=3.0)

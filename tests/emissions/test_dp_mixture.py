@@ -265,6 +265,8 @@ def test_update_parameters_detects_psi_without_counts(exact_update, monkeypatch)
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_update_parameters_detects_wrong_concentration_update(exact_update, monkeypatch):
     """Negative control: the sigma update without the psi-integrating CRP tables (the
     ``L' -> inf`` form, components in use counted instead of tables)."""

@@ -71,6 +71,7 @@ def test_sample_cosine_distribution_ks(d, kappa):
 
 
 @pytest.mark.slow
+@pytest.mark.robustness
 def test_sample_float32_extremes():
     with jax.enable_x64(False):
         for d in (2, 3, 100):

@@ -48,10 +48,11 @@ def empirical_tv(exact: dict, draws):
 
 # ---------------------------------------------------------------- exact weak-limit posterior
 def _log_dirmult_rows(counts, conc):
-    """sum_j log[Gamma(sum conc_j)/Gamma(sum conc_j + n_j.) prod_k Gamma(conc_jk + n_jk)/Gamma(conc_jk)]"""
+    """sum_j log[Gamma(sum conc_j)/Gamma(sum conc_j + n_j.) prod_k Gamma(conc_jk + n_jk)/Gamma(conc_jk)]
+    (``counts (J, K)``; ``conc (..., J, K)``: one value per leading index of ``conc``)."""
     return np.sum(
         gammaln(conc.sum(-1)) - gammaln(conc.sum(-1) + counts.sum(-1))
-        + np.sum(gammaln(conc + counts) - gammaln(conc), -1)
+        + np.sum(gammaln(conc + counts) - gammaln(conc), -1), -1
     )
 
 
@@ -95,11 +96,9 @@ def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_c
             np.add.at(counts_y, (flat_z, flat_y), 1)
             log_py = _log_dirmult_rows(counts_y, np.full((L, num_categories), emission_conc))
         n, first = infinite_transition_counts(flat_z, lengths, L)
-        log_pz = np.array([
-            _log_dirmult_rows(first[None], alpha * b[None])
-            + _log_dirmult_rows(n, alpha * b[None] + kappa * sticky)
-            for b in nodes
-        ])
+        # every quadrature node at once: the start row's and the L rows' concentrations (Q, 1|L, L)
+        log_pz = (_log_dirmult_rows(first[None], alpha * nodes[:, None, :])
+                  + _log_dirmult_rows(n, alpha * nodes[:, None, :] + kappa * sticky))
         integrand = np.exp(log_pz + log_prior_beta)
         log_joint = np.log(np.sum(weights * integrand)) + log_py
         key = partition_key(flat_z)

@@ -70,6 +70,7 @@ def test_concurrent_batched_choleskys_finish():
 
 
 @pytest.mark.slow
+@pytest.mark.robustness
 def test_motion_capture_model_with_vectorized_chains_finishes():
     """The case where the deadlock was found: ``WeakLimitGibbs`` on ``examples/mocap.py``'s model,
     4 vectorized chains, 5 sweeps in one compiled scan (about 35 s with jaxlib 0.9.2 on 2 cores,

@@ -1,6 +1,7 @@
-"""BeamSampler: exact enumeration of the infinite model's partition posterior (with negative
-controls), Geweke, agreement with DirectAssignmentGibbs and WeakLimitGibbs, outliers in float32
-(issue 21), emission families, overflow and plumbing.  The slice FFBS itself is tested in
+"""BeamSampler: negative controls of its enumeration and Geweke checks, the chi-square check with room,
+outliers in float32 (issue 21), emission families, overflow and plumbing.  (Its enumeration,
+Geweke, agreement and model-check tests are the conformance suite's, ``test_conformance.py``,
+driven by ``tests/kernel_registry.py``.)  The slice FFBS itself is tested in
 ``tests/core/test_slices.py``."""
 
 import warnings
@@ -15,10 +16,10 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
-from numpyro_hdphmm.infer import weak_limit
+from numpyro_hdphmm.infer import BeamSampler
 from numpyro_hdphmm.infer.algorithms import beam
 
+from kernel_registry import first_state_statistics, geweke_model
 from _checks import three_regime_model, printed_gamma_update, empirical_tv, exact_infinite_posterior, final_states, geweke_z_scores, tv_bound
 
 GAMMA, ALPHA, KAPPA, C = 0.5, 2.0, 1.5, 2
@@ -35,6 +36,7 @@ def outlier_model(y):
 
 
 @pytest.mark.slow  # float32 robustness; the default set keeps the float32 FFBS tests of tests/core
+@pytest.mark.robustness
 def test_outliers_get_their_own_state_float32():
     """Issue 21's end-to-end case: two regimes 5 sd apart, T = 400, four observations at 1e6,
     float32.  Before the log-space fallback the sampler lost the admissible path in about one
@@ -75,13 +77,9 @@ def _single_tv(exact_single, num_chains=NUM_CHAINS):
     return empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
 
 
-def test_enumeration_single_sequence(exact_single):
-    tv, bound = _single_tv(exact_single)
-    print(f"single sequence: TV {tv:.4f}, bound {bound:.4f}")
-    assert tv < bound, (tv, bound)
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # negative controls of test_conformance.py::test_enumeration[BeamSampler-single]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_slices_ignoring_pi(exact_single, monkeypatch):
     """u_t ~ U(0, 1) independently of pi (the FFBS then misses the transition probabilities)."""
 
@@ -96,6 +94,8 @@ def test_enumeration_detects_slices_ignoring_pi(exact_single, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_new_row_without_sticky_term(exact_single, monkeypatch):
     """New states' rows drawn from Dir(alpha beta) instead of Dir(alpha beta + kappa e_k)."""
     real = beam.extend_sticks
@@ -103,19 +103,6 @@ def test_enumeration_detects_new_row_without_sticky_term(exact_single, monkeypat
     tv, bound = _single_tv(exact_single)
     print(f"new row without kappa: TV {tv:.4f}, bound {bound:.4f}")
     assert tv > bound, (tv, bound)
-
-
-@pytest.mark.slow
-def test_enumeration_several_sequences_with_padding():
-    seqs = [[0, 1, 1], [1, 0]]
-    exact = exact_infinite_posterior(seqs, GAMMA, ALPHA, KAPPA, C, 1.0)
-    y = np.array([[0, 1, 1], [1, 0, 0]])
-    lengths = np.array([3, 2])
-    draws = final_states(BeamSampler(fixed_model), (y, lengths), num_chains=NUM_CHAINS, num_warmup=NUM_WARMUP)
-    flat = [np.concatenate([d.reshape(2, 3)[0], d.reshape(2, 3)[1, :2]]) for d in draws]
-    tv, bound = empirical_tv(exact, flat), tv_bound(exact.values(), len(flat))
-    print(f"two padded sequences: TV {tv:.4f}, bound {bound:.4f}")
-    assert tv < bound, (tv, bound)
 
 
 # A prior that needs many sticks per sweep: with gamma = 3 the remaining mass shrinks only by
@@ -149,6 +136,7 @@ def _wide_chi_square(capacity, num_chains=4000, num_warmup=30, seed=5):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_chi_square_4000_chains_with_room():
     """The decisive check of the bias suspected in docs/rcd.md: 4000 chains, 30 sweeps, chi-square
     against exact enumeration (52 partitions) with gamma, alpha, kappa = 3, 2, 1.5.  With a
@@ -162,6 +150,8 @@ def test_chi_square_4000_chains_with_room():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_chi_square_detects_capacity_truncation():
     """Negative control of :func:`test_chi_square_4000_chains_with_room`: the same run at capacity
     8 overflows in most sweeps (rows whose remainder still passes a slice, truncated) and fails
@@ -176,33 +166,13 @@ def test_chi_square_detects_capacity_truncation():
 GEWEKE_CAPACITY = 30
 
 
-def hyper_model(y=None, num_steps=None):
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 2.0))
-    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
-    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
-    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=GEWEKE_CAPACITY,
-                          num_steps=num_steps)
-    nh.sample("y", hmm, obs=y)
+# the conformance suite's Geweke model and statistics of this kernel (test_conformance.py::test_geweke)
+hyper_model = geweke_model(GEWEKE_CAPACITY, gamma_prior=(2.0, 2.0))
 
 
 def _stats():
     """Label-invariant statistics (the beam sampler relabels states by first appearance)."""
-    k = GEWEKE_CAPACITY
-
-    def first(z):
-        return z["y_states"][0]
-
-    return {
-        "gamma": lambda z: z["gamma"],
-        "alpha": lambda z: z["alpha"],
-        "kappa": lambda z: z["kappa"],
-        "beta_first": lambda z: z["y_beta"][first(z)],
-        "pi_first_self": lambda z: z["y_trans"][first(z), first(z)],
-        "pi_start_first": lambda z: z["y_trans"][k, first(z)],
-        "probs_first": lambda z: z["y_probs"][first(z), 0],
-        "self_rate": lambda z: jnp.mean(z["y_states"][1:] == z["y_states"][:-1]),
-        "num_states": lambda z: jnp.sum(jnp.zeros(k, bool).at[z["y_states"]].set(True)),
-    }
+    return first_state_statistics(GEWEKE_CAPACITY)
 
 
 GEWEKE_LIMIT = 4.5
@@ -211,16 +181,9 @@ GEWEKE_LIMIT = 4.5
 GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=3000, num_prior=20000)
 
 
-@pytest.mark.slow
-def test_geweke_with_hyperparameter_updates():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
-        z = geweke_z_scores(BeamSampler(hyper_model), hyper_model, _stats(), **GEWEKE_RUN)
-    print("Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
-    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # negative control of test_conformance.py::test_geweke[BeamSampler]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_geweke_detects_printed_gamma_update(monkeypatch):
     """Negative control: Fox et al.'s printed mixing weight for the gamma update (the odds used
     as a probability).  Measured: z_gamma 5.53 with 16 chains x 3000 iterations (correct code:
@@ -231,44 +194,6 @@ def test_geweke_detects_printed_gamma_update(monkeypatch):
         z = geweke_z_scores(BeamSampler(hyper_model, hyperparameters="auxiliary"), hyper_model, _stats(), **GEWEKE_RUN)
     print("Geweke z (printed gamma update):", {k: round(float(v), 2) for k, v in z.items()})
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
-
-
-# ------------------------------------- agreement with DirectAssignmentGibbs and WeakLimitGibbs
-def gauss_model(y):
-    emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
-    nh.sample("y", nh.StickyHDPHMM(1.0, 3.0, 5.0, emission, max_states=20), obs=y)
-
-
-@pytest.fixture(scope="module")
-def small_data():
-    rng = np.random.default_rng(1)
-    return np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30), rng.normal(0, 1, 20)])[:, None]
-
-
-@pytest.mark.slow
-def test_agrees_with_direct_assignment_and_weak_limit(small_data):
-    """Posterior means of num_states and of the log-likelihood: BeamSampler (infinite model)
-    against DirectAssignmentGibbs (the same infinite model, collapsed) and WeakLimitGibbs with
-    L = 20 (its approximation error is far below the Monte Carlo error), within 4 standard
-    errors (ArviZ ESS over 4 chains)."""
-    import arviz as az
-
-    out = {}
-    for cls in (BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs):
-        mcmc = MCMC(cls(gauss_model), num_warmup=500, num_samples=2000, num_chains=4, chain_method="vectorized",
-                    progress_bar=False)
-        mcmc.run(jax.random.key(0), small_data)
-        samples = mcmc.get_samples()
-        ll = jax.vmap(lambda mu, cov, s: nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
-                      .pointwise_log_likelihood(jnp.asarray(small_data), {"mu": mu, "cov": cov}, s).sum())(
-            samples["y_mu"], samples["y_cov"], samples["y_states"])
-        out[cls.__name__] = (np.asarray(samples["y_num_states"], float), np.asarray(ll))
-    for other in ("DirectAssignmentGibbs", "WeakLimitGibbs"):
-        for i, stat in enumerate(("num_states", "log-likelihood")):
-            a, b = out["BeamSampler"][i], out[other][i]
-            se = np.sqrt(a.var() / az.ess(a.reshape(4, -1)) + b.var() / az.ess(b.reshape(4, -1)))
-            print(f"{stat}: beam {a.mean():.3f}, {other} {b.mean():.3f}, z {(a.mean() - b.mean()) / se:.2f}")
-            assert abs(a.mean() - b.mean()) < 4 * se + 1e-9, (other, stat, a.mean(), b.mean(), se)
 
 
 # ------------------------------------------------------------------------ families, overflow
@@ -310,12 +235,6 @@ def test_emission_families_run(family):
     s = mcmc.get_samples()
     assert np.all(np.isfinite(np.asarray(mcmc.get_extra_fields()["lp"])))
     assert 1 <= np.median(np.asarray(s["y_num_states"])) <= 6
-
-
-def test_weak_limit_model_is_rejected():
-    with pytest.raises(NotImplementedError, match="GEM"):
-        MCMC(BeamSampler(weak_limit(fixed_model)), num_warmup=1, num_samples=1, progress_bar=False).run(
-            jax.random.key(0), np.array([0, 1]))
 
 
 def test_overflow_warning_only_when_the_truncation_plausibly_matters():

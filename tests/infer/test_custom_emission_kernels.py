@@ -62,6 +62,8 @@ def test_beam_custom_emission_enumeration(exact):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_direct_assignment_custom_detects_missing_free_slot_factor(exact, monkeypatch):
     """A new state's weight without the 1/F of the uniform slot assignment (each free slot given
     the whole new-state weight) favours new states: detected."""
@@ -75,6 +77,8 @@ def test_direct_assignment_custom_detects_missing_free_slot_factor(exact, monkey
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_beam_custom_detects_likelihoods_of_the_wrong_slots(exact, monkeypatch):
     """The FFBS reading each state's likelihood from the neighbouring slot (the user's parameters
     and the states out of step, as a relabelling that does not move the user's sites would do):

@@ -38,15 +38,11 @@ import pytest
 from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm.infer import PGAS, BeamSampler, DirectAssignmentGibbs, RCDSampler, WeakLimitGibbs
 
-KERNELS = {
-    "WeakLimitGibbs": WeakLimitGibbs,
-    "DirectAssignmentGibbs": DirectAssignmentGibbs,
-    "BeamSampler": BeamSampler,
-    "RCDSampler": RCDSampler,
-    "PGAS": lambda model: PGAS(model, num_particles=3),
-}
+from kernel_registry import entries
+
+#: the conformance registry's entries with ``determinism=True`` (``tests/kernel_registry.py``)
+KERNELS = {e.name: e.build for e in entries("determinism")}
 NUM_WARMUP, NUM_SAMPLES = 2, 3
 Y = np.array([0, 0, 1, 0, 2, 2, 1, 2, 0, 0, 1, 1])
 
@@ -167,7 +163,8 @@ def test_pickled_mcmc_resumes_in_a_fresh_process(kernels, tmp_path):
     expected = _continue(mcmc)
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, root, os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.path.dirname(here), root,
+                                                                     os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path / "mcmc.pkl"), str(tmp_path / "draws.npz")],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -1,5 +1,7 @@
-"""DirectAssignmentGibbs: exact enumeration of the infinite model, Geweke, agreement with
-WeakLimitGibbs, capacity overflow, every emission family."""
+"""DirectAssignmentGibbs: the negative control of its enumeration check, DP-mixture emissions against
+enumeration, agreement with WeakLimitGibbs at large L, capacity overflow, every emission family.
+(Its enumeration and Geweke tests are the conformance suite's, ``test_conformance.py``, driven by
+``tests/kernel_registry.py``.)"""
 
 import itertools
 
@@ -17,11 +19,11 @@ from numpyro_hdphmm.infer import DirectAssignmentGibbs, WeakLimitGibbs
 from numpyro_hdphmm.emissions.dp_mixture import MixtureStatistics
 from numpyro_hdphmm.infer.algorithms import direct_assignment as da
 
+from kernel_registry import geweke_model
 from _checks import (
     empirical_tv,
     exact_infinite_posterior,
     final_states,
-    geweke_z_scores,
     log_infinite_prior_partition,
     restricted_growth_strings,
     tv_bound,
@@ -41,14 +43,9 @@ def exact_single():
     return y, exact_infinite_posterior([y], GAMMA, ALPHA, KAPPA, C, 1.0)
 
 
-def test_enumeration_single_sequence(exact_single):
-    y, exact = exact_single
-    draws = final_states(DirectAssignmentGibbs(fixed_model), (np.array(y),), num_chains=2000, num_warmup=25)
-    tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
-    assert tv < bound, (tv, bound)
-
-
-@pytest.mark.slow  # negative control of test_enumeration_single_sequence (run before every release)
+@pytest.mark.slow  # negative control of test_conformance.py::test_enumeration[DirectAssignmentGibbs-single]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_missing_onward_factor(exact_single, monkeypatch):
     """The same test fails for a sampler that drops the factor of the transition out of z_t
     (and the matching count updates), a plausible implementation slip."""
@@ -62,29 +59,6 @@ def test_enumeration_detects_missing_onward_factor(exact_single, monkeypatch):
     y, exact = exact_single
     draws = final_states(DirectAssignmentGibbs(fixed_model), (np.array(y),), num_chains=2000, num_warmup=25)
     assert empirical_tv(exact, draws) > tv_bound(exact.values(), len(draws))
-
-
-def test_enumeration_several_sequences_with_padding():
-    seqs = [[0, 1, 1], [1, 0]]
-    exact = exact_infinite_posterior(seqs, GAMMA, ALPHA, KAPPA, C, 1.0)
-    y = np.array([[0, 1, 1], [1, 0, 0]])
-    lengths = np.array([3, 2])
-    draws = final_states(DirectAssignmentGibbs(fixed_model), (y, lengths), num_chains=2000, num_warmup=25)
-    flat = [np.concatenate([d.reshape(2, 3)[0], d.reshape(2, 3)[1, :2]]) for d in draws]
-    tv, bound = empirical_tv(exact, flat), tv_bound(exact.values(), len(flat))
-    assert tv < bound, (tv, bound)
-
-
-def test_enumeration_missing_observation():
-    """A NaN observation contributes no likelihood but its step still carries transitions:
-    with the last observation missing, the partition of the first four steps has the exact
-    posterior of the four observed steps."""
-    exact = exact_infinite_posterior([[0, 0, 1, 1]], GAMMA, ALPHA, KAPPA, C, 1.0)
-    y = np.array([0.0, 0.0, 1.0, 1.0, np.nan])
-    draws = final_states(DirectAssignmentGibbs(fixed_model), (y,), num_chains=2000, num_warmup=25)
-    marg = [d[:4] for d in draws]
-    tv, bound = empirical_tv(exact, marg), tv_bound(exact.values(), len(marg))
-    assert tv < bound, (tv, bound)
 
 
 # ---------------------------------------------------------------------------- DP mixtures
@@ -139,6 +113,8 @@ def test_enumeration_dp_mixture_emissions():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_printed_crp_denominator(monkeypatch):
     """Fox et al. eq. 63 / Alg. 3 print the component denominators as sigma + n'_kj (notes
     erratum 2); with that typo the same enumeration test fails."""
@@ -239,41 +215,13 @@ def test_arviz_and_vectorized_chains():
 
 
 # ---------------------------------------------------------------------------- Geweke
-def hyper_model(y=None, num_steps=None):
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
-    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
-    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
-    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=12, num_steps=num_steps)
-    nh.sample("y", hmm, obs=y)
-
-
-@pytest.mark.slow
-def test_geweke():
-    def self_rate(z):
-        s = z["y_states"]
-        return jnp.mean(s[1:] == s[:-1])
-
-    def num_used(z):
-        return jnp.sum(jnp.zeros(12, bool).at[z["y_states"]].set(True))
-
-    stats = {
-        "gamma": lambda z: z["gamma"],
-        "alpha": lambda z: z["alpha"],
-        "kappa": lambda z: z["kappa"],
-        "self_rate": self_rate,
-        "num_states": num_used,
-        # label-invariant statistics only: the kernel records states relabelled by first
-        # appearance, the prior's labels follow the stick order
-        "first_state_mass": lambda z: jnp.mean(z["y_states"] == z["y_states"][0]),
-    }
-    scores = geweke_z_scores(DirectAssignmentGibbs(hyper_model), hyper_model, stats, num_steps=6,
-                             num_iterations=6000, num_prior=20000)
-    print("geweke z", scores)
-    assert all(abs(z) < 4.5 for z in scores.values()), scores
+# the conformance suite's Geweke model of this kernel (capacity 12; test_conformance.py::test_geweke)
+hyper_model = geweke_model(12)
 
 
 # ---------------------------------------------------------------------------- agreement
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_agrees_with_weak_limit_at_large_L():
     """Posterior of the number of states and of the log-likelihood: direct assignment on the
     infinite model vs the weak-limit blocked sampler at L = 40."""

@@ -15,7 +15,7 @@ from scipy.special import gammaln, logsumexp, roots_genlaguerre
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.emissions import Categorical, DPMixture, dp_mixture
 from numpyro_hdphmm.infer import WeakLimitGibbs, discover
-from numpyro_hdphmm.infer import weak_limit
+from numpyro_hdphmm.infer import weak_limit  # the function (the module of the same name is numpyro_hdphmm.infer.algorithms.weak_limit)
 
 from _checks import _log_dirmult_rows, _simplex_rule, empirical_tv, geweke_z_scores, partition_key, tv_bound
 
@@ -136,6 +136,7 @@ def test_enumeration_states_concentration_and_predictive(exact):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_enumeration_single_run_of_symbols(exact_run):
     """The same check on the data of the negative control below (the correct sampler passes)."""
     tv, bound, z = _compare(exact_run, _final_draws(dp_model, Y_RUN))
@@ -143,6 +144,8 @@ def test_enumeration_single_run_of_symbols(exact_run):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_psi_without_counts(exact_run, monkeypatch):
     """Negative control: psi_k ~ Dir(sigma/L') ignoring the indicator counts (eq. 65 wrong)."""
     monkeypatch.setattr(dp_mixture, "_psi_posterior_concentration", lambda c, n, counts: c / n + 0.0 * counts)
@@ -217,6 +220,7 @@ GEWEKE_LIMIT = 4.5
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_geweke_dp_emissions_with_all_hyperparameters():
     z = geweke_z_scores(WeakLimitGibbs(geweke_model), weak_limit(geweke_model), _geweke_stats(), num_steps=8,
                         num_iterations=6000, num_prior=6000)
@@ -225,6 +229,8 @@ def test_geweke_dp_emissions_with_all_hyperparameters():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_geweke_detects_concentration_update_without_tables(monkeypatch):
     """Negative control: sigma updated with components in use instead of CRP tables."""
     monkeypatch.setattr(dp_mixture.crp, "sample_crp_tables",
@@ -237,6 +243,7 @@ def test_geweke_detects_concentration_update_without_tables(monkeypatch):
 
 # ------------------------------------------------------------------- Fox et al. experiment B
 @pytest.mark.slow
+@pytest.mark.paper
 def test_fox_experiment_b():
     import os
     import sys

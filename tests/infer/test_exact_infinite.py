@@ -309,6 +309,7 @@ def test_wrong_posterior_fails_rejection_sampling(forward, wrong):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("gamma,alpha,kappa", [(1.0, 2.0, 1.0), (0.5, 1.0, 0.0)])
 def test_prior_matches_forward_simulation_large(gamma, alpha, kappa):
     """100k draws, T = 5 (52 partitions) and sequences of lengths (3, 3) (203 partitions)."""

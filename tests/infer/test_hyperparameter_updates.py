@@ -21,7 +21,7 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer import PGAS, BeamSampler, DirectAssignmentGibbs, RCDSampler, WeakLimitGibbs
-from numpyro_hdphmm.infer import weak_limit
+from numpyro_hdphmm.infer import weak_limit  # the function (the module of the same name is numpyro_hdphmm.infer.algorithms.weak_limit)
 
 from test_weak_limit import hyper_model  # gamma, alpha, kappa random; L = 3, 3 categories
 from _checks import (
@@ -79,6 +79,7 @@ def _weak_limit_case(exact, hyperparameters):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("hyperparameters", ["collapsed", "auxiliary"])
 def test_weak_limit_joint_posterior(exact_weak_limit, hyperparameters):
     tv, bound, p_alpha, p_kappa = _weak_limit_case(exact_weak_limit, hyperparameters)
@@ -88,6 +89,8 @@ def test_weak_limit_joint_posterior(exact_weak_limit, hyperparameters):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_weak_limit_detects_jacobian_counted_twice(exact_weak_limit, monkeypatch):
     collapsed_jacobian_counted_twice(monkeypatch)
     tv, bound, p_alpha, p_kappa = _weak_limit_case(exact_weak_limit, "collapsed")
@@ -105,6 +108,7 @@ def _infinite_case(exact, kernel):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("hyperparameters", ["collapsed", "auxiliary"])
 def test_direct_assignment_joint_posterior(exact_infinite, hyperparameters):
     tv, bound, p_alpha, p_kappa = _infinite_case(exact_infinite,
@@ -115,6 +119,7 @@ def test_direct_assignment_joint_posterior(exact_infinite, hyperparameters):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("kernel", ["PGAS", "RCDSampler"])
 def test_pgas_and_rcd_collapsed_joint_posterior(exact_infinite, kernel):
     """PGAS (prior proposal, 4 particles) and RCDSampler (``"stepwise"``: its collapsed update
@@ -131,6 +136,7 @@ def test_pgas_and_rcd_collapsed_joint_posterior(exact_infinite, kernel):
 
 # ---------------------------------------------------------------------------- Geweke
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_geweke_weak_limit_collapsed():
     def self_rate(z):
         s = z["y_states"]

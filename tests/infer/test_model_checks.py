@@ -11,9 +11,11 @@ import pytest
 from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
+from numpyro_hdphmm.infer import BeamSampler, WeakLimitGibbs
 
-KERNELS = [WeakLimitGibbs, DirectAssignmentGibbs, BeamSampler]
+from kernel_registry import kernel_classes
+
+KERNELS = kernel_classes()  # every kernel class of the conformance registry (tests/kernel_registry.py)
 
 
 def batched_model(y):
@@ -25,7 +27,7 @@ def batched_model(y):
     nh.sample("y", hmm, obs=y)
 
 
-@pytest.mark.parametrize("kernel", [k if k is WeakLimitGibbs else pytest.param(k, marks=pytest.mark.slow) for k in KERNELS])
+@pytest.mark.parametrize("kernel", [k if k is WeakLimitGibbs else pytest.param(k, marks=[pytest.mark.slow, pytest.mark.robustness]) for k in KERNELS], ids=lambda k: k.__name__)
 def test_several_sequences_without_lengths_with_inner_sites(kernel):
     """Issue 21 item 2: ``obs (2, T)`` without ``lengths`` and an inner NUTS site crashed every
     kernel (``'ExpandedDistribution' object has no attribute 'lengths'``)."""
@@ -55,7 +57,7 @@ def exp_of_real_gamma(y):
     nh.sample("y", hmm, obs=y)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.__name__)
 @pytest.mark.parametrize("model, site", [(real_line_gamma, "gamma"), (real_line_kappa_in_rho, "rho")])
 def test_real_line_hyperprior_is_rejected(kernel, model, site):
     """Issue 21 item 3: ``gamma ~ Normal(3, 1)`` let the inner NUTS move gamma to -45 (NaN rows

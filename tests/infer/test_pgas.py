@@ -1,8 +1,11 @@
 """PGAS (particle Gibbs with ancestor sampling, Tripuraneni et al. 2015): the conditional SMC
 with transitions and emissions held fixed against the exact posterior over state sequences
-(with negative controls), exact enumeration of the infinite model's partition posterior (both
-proposals, N = 2 and 10, sticky and not), Geweke, agreement with WeakLimitGibbs, BeamSampler and
-DirectAssignmentGibbs, several sequences with missing data, input validation.
+(with negative controls), negative controls of the enumeration and Geweke checks, custom
+emissions against enumeration, several sequences with missing data, input validation.  (The
+enumeration of the infinite model's partition posterior (both proposals, N = 2 and 10, sticky
+and not), Geweke, agreement with WeakLimitGibbs, BeamSampler and DirectAssignmentGibbs, and the
+model check are the conformance suite's, ``test_conformance.py``, driven by
+``tests/kernel_registry.py``.)
 
 Each exact check compares independent draws (the last sweep of many vectorized chains) with the
 enumerated posterior in total variation against :func:`_checks.tv_bound`."""
@@ -21,10 +24,9 @@ from numpyro.infer import MCMC
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer import PGAS, HDPKernel
-from numpyro_hdphmm.infer import weak_limit
 from numpyro_hdphmm.infer.algorithms import pgas
 
-import test_beam
+from kernel_registry import first_state_statistics, geweke_model
 from _checks import (three_regime_model, collapsed_jacobian_counted_twice, empirical_tv, exact_infinite_posterior, final_states,
                      geweke_z_scores, printed_gamma_update, tv_bound)
 
@@ -113,6 +115,7 @@ def _fixed_tv(proposal, num_particles):
     return tv, tv_bound(exact.values(), len(draws))
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("proposal", ["posterior", "prior"])
 def test_conditional_smc_fixed_parameters_exact(proposal):
     """With transitions and emissions held fixed (no mass on new states), the conditional SMC
@@ -125,6 +128,8 @@ def test_conditional_smc_fixed_parameters_exact(proposal):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_conditional_smc_fixed_parameters_detects_missing_transition_term(monkeypatch):
     """Negative control: without the transition into the reference state in the ancestor
     weights the same check fails."""
@@ -156,19 +161,9 @@ def _enumeration_tv(proposal, num_particles, kappa):
     return empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("proposal,num_particles,kappa",
-                         [("posterior", 2, 1.5), ("prior", 2, 1.5), ("posterior", 10, 0.0), ("prior", 10, 0.0)])
-def test_enumeration_single_sequence(proposal, num_particles, kappa):
-    """The full kernel (states by conditional SMC over the infinite state space, new states by
-    stick-breaking, then the shared global step) against the exact partition posterior of the
-    infinite model, T = 5 (52 partitions)."""
-    tv, bound = _enumeration_tv(proposal, num_particles, kappa)
-    print(f"{proposal}, N={num_particles}, kappa={kappa}: TV {tv:.4f}, bound {bound:.4f}")
-    assert tv < bound, (tv, bound)
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # negative control of test_conformance.py::test_enumeration[PGAS-posterior-single-N2]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_missing_transition_term(monkeypatch):
     """Negative control of the enumeration test: the ancestor weight without the transition."""
     monkeypatch.setattr(pgas, "ancestor_sample", drop_transition_term(pgas.ancestor_sample))
@@ -190,6 +185,7 @@ def custom_model(y):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("proposal", ["posterior", "prior"])
 def test_enumeration_custom_emission(proposal):
     """Custom emissions (new states' parameters: the free slots' current values; posterior
@@ -202,8 +198,8 @@ def test_enumeration_custom_emission(proposal):
     assert tv < bound, (tv, bound)
 
 # ---------------------------------------------------------------------------- Geweke
-# the Geweke model and label-invariant statistics of the beam sampler's test (same relabelling)
-hyper_model = test_beam.hyper_model
+# the Geweke model and label-invariant statistics of the conformance suite's beam and PGAS entries
+hyper_model = geweke_model(30, gamma_prior=(2.0, 2.0))
 
 
 GEWEKE_LIMIT = 4.5
@@ -213,32 +209,13 @@ GEWEKE_RUN = dict(num_steps=8, num_chains=16, num_iterations=3000, num_prior=200
 def _geweke(proposal, hyperparameters="auxiliary"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # MarkovChain escapes are ~1e-6 at this capacity
-        return geweke_z_scores(pgas_kernel(hyper_model, 4, proposal, hyperparameters), hyper_model, test_beam._stats(),
+        return geweke_z_scores(pgas_kernel(hyper_model, 4, proposal, hyperparameters), hyper_model, first_state_statistics(30),
                                **GEWEKE_RUN)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("proposal", ["posterior", "prior"])
-def test_geweke_with_hyperparameter_updates(proposal):
-    """Auxiliary-variable updates.  Measured (16 chains x 3000): prior proposal max |z| 2.78,
-    posterior proposal 1.53.  (The earlier posterior proposal that integrated the new states'
-    parameters out per particle failed here: z -6.31 for pi_first_self, +5.80 for num_states.)"""
-    z = _geweke(proposal)
-    print(f"Geweke z ({proposal}):", {k: round(float(v), 2) for k, v in z.items()})
-    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("proposal", ["prior", "posterior"])
-def test_geweke_with_collapsed_hyperparameter_updates(proposal):
-    """``PGAS``'s default global step, the collapsed updates (``crp.sample_global(...,
-    hyperparameters="collapsed")``), with either proposal: the same nine statistics."""
-    z = _geweke(proposal, "collapsed")
-    print(f"Geweke z (collapsed, {proposal}):", {k: round(float(v), 2) for k, v in z.items()})
-    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # negative control of test_conformance.py::test_geweke[PGAS-prior-N4-collapsed]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_geweke_detects_collapsed_jacobian_counted_twice(monkeypatch):
     """Negative control of the collapsed test: the ``(alpha, kappa)`` target with the log
     transform's Jacobian ``alpha kappa`` counted twice."""
@@ -248,59 +225,15 @@ def test_geweke_detects_collapsed_jacobian_counted_twice(monkeypatch):
     assert max(abs(z["alpha"]), abs(z["kappa"])) > GEWEKE_LIMIT, z
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # negative control of test_conformance.py::test_geweke[PGAS-prior-N4-auxiliary]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_geweke_detects_printed_gamma_update(monkeypatch):
     """Negative control: Fox et al.'s printed mixing weight for the gamma update."""
     monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
     z = _geweke("prior")
     print("Geweke z (printed gamma update):", {k: round(float(v), 2) for k, v in z.items()})
     assert abs(z["gamma"]) > GEWEKE_LIMIT, z
-
-
-# ------------------------------------------------------------ agreement with the other kernels
-def gauss_model(y):
-    emission = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
-    nh.sample("y", nh.StickyHDPHMM(1.0, 3.0, 5.0, emission, max_states=32), obs=y)
-
-
-@pytest.fixture(scope="module")
-def agreement_data():
-    rng = np.random.default_rng(1)
-    return np.concatenate([rng.normal(-3, 1, 30), rng.normal(3, 1, 30), rng.normal(0, 1, 20)])[:, None]
-
-
-def agreement_draws(kernel, y):
-    """``num_states`` and the log-likelihood of 4 vectorized chains x 1500 draws (300 warm-up)."""
-    mcmc = MCMC(kernel, num_warmup=300, num_samples=1500, num_chains=4, chain_method="vectorized",
-                progress_bar=False)
-    mcmc.run(jax.random.key(0), y)
-    s = mcmc.get_samples()
-    family = nh.emissions.GaussianNIW(jnp.zeros(1), 0.1, 3.0, jnp.eye(1))
-    ll = jax.vmap(lambda mu, cov, z: family.pointwise_log_likelihood(jnp.asarray(y), {"mu": mu, "cov": cov}, z).sum())(
-        s["y_mu"], s["y_cov"], s["y_states"])
-    return np.asarray(s["y_num_states"], float), np.asarray(ll)
-
-
-@pytest.fixture(scope="module")
-def pgas_agreement_draws(agreement_data):
-    return agreement_draws(PGAS(gauss_model), agreement_data)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("other", ["WeakLimitGibbs", "BeamSampler", "DirectAssignmentGibbs"])
-def test_agrees_with_other_kernels(other, agreement_data, pgas_agreement_draws):
-    """Posterior means of num_states and of the log-likelihood: PGAS (N = 10, prior proposal;
-    infinite model) against WeakLimitGibbs with L = 32 (the weak limit), and against the beam and
-    direct-assignment samplers (the same infinite model, other moves), within 4 standard errors
-    (ArviZ ESS over 4 chains)."""
-    import arviz as az
-
-    b_draws = agreement_draws(getattr(nh.infer, other)(gauss_model), agreement_data)
-    for i, stat in enumerate(("num_states", "log-likelihood")):
-        a, b = pgas_agreement_draws[i], b_draws[i]
-        se = np.sqrt(a.var() / az.ess(a.reshape(4, -1)) + b.var() / az.ess(b.reshape(4, -1)))
-        print(f"{stat}: PGAS {a.mean():.3f}, {other} {b.mean():.3f}, z {(a.mean() - b.mean()) / se:.2f}")
-        assert abs(a.mean() - b.mean()) < 4 * se + 1e-9, (stat, a.mean(), b.mean(), se)
 
 
 # ------------------------------------------------------------ the posterior proposal's sizes
@@ -405,12 +338,6 @@ def test_posterior_proposal_runs_through_pgas():
     tests check (it was refused while its per-particle collapsed variant failed the Geweke test)."""
     kernel = PGAS(_model(0.0), num_particles=3, proposal="posterior")
     assert kernel.algorithm.proposal == "posterior"
-
-
-def test_weak_limit_model_is_rejected():
-    with pytest.raises(NotImplementedError, match="GEM"):
-        MCMC(PGAS(weak_limit(_model(0.0))), num_warmup=1, num_samples=1, progress_bar=False).run(
-            jax.random.key(0), np.array([0, 1]))
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """RCDSampler: the joint distribution of states *and table counts* against exact enumeration in
 every mode (sticky and not, with and without split-merge), negative controls (the paper's
-printed predictive denominator), Geweke with hyperparameter sites, agreement with
-DirectAssignmentGibbs, vectorized chains and the ``Info`` fields."""
+printed predictive denominator), the Geweke negative control, agreement with
+DirectAssignmentGibbs, vectorized chains and the ``Info`` fields.  (The partition enumeration in
+blocked mode and the Geweke tests with hyperparameter sites are the conformance suite's,
+``test_conformance.py``, driven by ``tests/kernel_registry.py``.)"""
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp, hcrp
 from numpyro_hdphmm.infer import DirectAssignmentGibbs, RCDSampler
 
+from kernel_registry import geweke_model, partition_statistics
 from _checks import (
     collapsed_jacobian_counted_twice,
     empirical_tv,
@@ -66,6 +69,7 @@ def joint_tv(kernel, y, hyper, **kwargs):
 
 
 # --------------------------------------------------------------------------- enumeration
+@pytest.mark.statistical
 def test_joint_enumeration_stepwise_sticky():
     """Alg. 5 (three customers per step, orphans, loyal customers): states, tables and override
     tables jointly match the exact posterior (partitions summed over nothing: the tables are
@@ -75,6 +79,7 @@ def test_joint_enumeration_stepwise_sticky():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("mode", ["stepwise", "slice", "blocked", "beam"])
 @pytest.mark.parametrize("hyper", [STICKY, PLAIN], ids=["sticky", "plain"])
 def test_joint_enumeration_every_mode(mode, hyper):
@@ -84,22 +89,12 @@ def test_joint_enumeration_every_mode(mode, hyper):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("mode", ["stepwise", "beam"])
 def test_joint_enumeration_split_merge(mode):
     kernel = RCDSampler(fixed_model(*STICKY), mode=mode, block_size=3, split_merge=2)
     tv, bound, p_value = joint_tv(kernel, Y4, STICKY, num_chains=4000)
     assert tv < bound and p_value > 1e-4, (mode, tv, bound, p_value)
-
-
-@pytest.mark.slow
-def test_partition_enumeration_five_steps_blocked():
-    """T = 5 (52 partitions), the marginal over states, blocks of 2 (several blocks per sweep)."""
-    y = [0, 0, 1, 1, 0]
-    exact = exact_infinite_posterior([y], *STICKY, C, 1.0)
-    draws = final_states(RCDSampler(fixed_model(*STICKY), mode="blocked", block_size=2), (np.asarray(y),),
-                         num_chains=2000, num_warmup=30, seed=1)
-    tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
-    assert tv < bound, (tv, bound)
 
 
 def printed_root_weights(seating, gamma, weak_limit=False):
@@ -111,6 +106,8 @@ def printed_root_weights(seating, gamma, weak_limit=False):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_printed_denominator(monkeypatch):
     """Negative control: with the printed typo the same joint test fails (the notes measured TV
     0.45 on this problem with a pure-Python prototype)."""
@@ -126,6 +123,8 @@ def non_sticky_tables(real):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_non_sticky_reseating(monkeypatch):
     """Negative control of the collapsed update's re-seating (the default, checked by the joint
     test above with fixed concentrations, where it re-seats the franchise every sweep): with the
@@ -148,32 +147,14 @@ def test_bad_arguments():
 
 
 # --------------------------------------------------------------------------- Geweke
-from test_direct_assignment import hyper_model  # noqa: E402  (the same model as DirectAssignmentGibbs' Geweke test)
+hyper_model = geweke_model(12)  # the conformance suite's Geweke model of this kernel
 
-GEWEKE_STATS = {
-    "gamma": lambda z: z["gamma"],
-    "alpha": lambda z: z["alpha"],
-    "kappa": lambda z: z["kappa"],
-    "self_rate": lambda z: jnp.mean(z["y_states"][1:] == z["y_states"][:-1]),
-    "num_states": lambda z: jnp.sum(jnp.zeros(12, bool).at[z["y_states"]].set(True)),
-    "first_state_mass": lambda z: jnp.mean(z["y_states"] == z["y_states"][0]),
-}
+GEWEKE_STATS = partition_statistics(12)  # the conformance suite's statistics of this model
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("hyperparameters", ["collapsed", "auxiliary"])
-@pytest.mark.parametrize("mode", ["stepwise", "beam"])
-def test_geweke(mode, hyperparameters):
-    """Both hyperparameter updates: ``"collapsed"`` (the default, re-seating the franchise through
-    ``beta``, :func:`~numpyro_hdphmm.infer.algorithms.rcd.reseat_with_concentrations`) and ``"auxiliary"``
-    (Fox et al.'s updates given the kept tables)."""
-    kernel = RCDSampler(hyper_model, mode=mode, block_size=3, hyperparameters=hyperparameters)
-    scores = geweke_z_scores(kernel, hyper_model, GEWEKE_STATS, num_steps=6, num_iterations=6000, num_prior=20000)
-    print("geweke z", mode, hyperparameters, scores)
-    assert all(abs(z) < 4.5 for z in scores.values()), scores
-
-
-@pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_geweke_detects_collapsed_jacobian_counted_twice(monkeypatch):
     """Negative control of the collapsed update: the ``(alpha, kappa)`` target with the log
     transform's Jacobian ``alpha kappa`` counted twice."""
@@ -200,6 +181,7 @@ def agreement_model(y):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_agrees_with_direct_assignment():
     """Posterior means of the number of states, ``alpha`` and ``gamma``: RCD (slice mode, with
     split-merge) vs DirectAssignmentGibbs on the same model."""
@@ -240,6 +222,7 @@ def test_vectorized_chains_and_info_fields():
 
 # --------------------------------------------------------------------------- other emissions
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_custom_emission_enumeration():
     """Emissions as plain NumPyro (the uncollapsed emission step: likelihoods at the current
     parameters, a new state in a uniformly chosen free slot, the user's ``probs`` moved by the
@@ -255,6 +238,7 @@ def test_custom_emission_enumeration():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_dp_mixture_enumeration():
     """DP-mixture emissions (component indicators kept, a labelled seating of the emission
     customers): the partition of the states matches the exact posterior."""
@@ -277,6 +261,7 @@ def lognormal_model(y=None, num_steps=None):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_geweke_inner_kernel_on_the_seating_density():
     """``alpha`` with a LogNormal prior is moved by the inner NUTS on the density of the states
     and table counts given the concentrations (``beta`` and rows integrated out, the seating

@@ -254,6 +254,7 @@ def test_kernels_match_enumeration_random_scale(name):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("random_scale", [False, True], ids=["fixed-scale", "random-scale"])
 @pytest.mark.parametrize("name", ["direct_assignment", "beam", "pgas", "rcd_stepwise", "rcd_blocked", "weak_limit"])
 def test_kernels_match_enumeration_slow(name, random_scale):
@@ -262,6 +263,8 @@ def test_kernels_match_enumeration_slow(name, random_scale):
 
 
 @pytest.mark.slow  # negative control of test_kernels_match_enumeration
+@pytest.mark.statistical
+@pytest.mark.negative_control
 @pytest.mark.parametrize("wrong", [tables_ignored, auxiliaries_ignored], ids=lambda f: f.__name__)
 def test_enumeration_detects_a_wrong_base_update(wrong, monkeypatch):
     monkeypatch.setattr(crp, "sample_shared_base", wrong)

@@ -68,6 +68,7 @@ def moves_only_tv(monkeypatch, hyper, num_chains=2000, num_warmup=40):
 
 # ------------------------------------------------------------------------------ enumeration
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_direct_assignment_with_split_merge_enumeration():
     """DirectAssignmentGibbs(split_merge=2), sticky, T = 5 (52 partitions): the last states of
     2000 vectorized chains match the exact posterior; ``split_merge_accept`` is a rate in [0, 1]
@@ -81,6 +82,7 @@ def test_direct_assignment_with_split_merge_enumeration():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("hyper", [STICKY, PLAIN], ids=["sticky", "plain"])
 def test_moves_alone_enumeration(monkeypatch, hyper):
     """The moves alone (the step-wise updates switched off; the global step redraws the tables
@@ -100,6 +102,8 @@ def _without_proposal_terms(restricted_ffbs):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_negative_control_without_proposal_probabilities(monkeypatch):
     """Negative control: the restricted FFBS's proposal probabilities dropped from the ratio
     (``q*`` of a split, ``q_old`` of a merge) make the same test fail."""
@@ -122,6 +126,7 @@ def test_beam_bad_argument():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_beam_with_split_merge_enumeration():
     """BeamSampler(split_merge=2): the moves at the start of the sweep, then the rows redrawn
     given the moved states (stale rows would bias the slices): the exact posterior by the TV
@@ -138,6 +143,7 @@ def test_beam_with_split_merge_enumeration():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_beam_moves_alone_enumeration(monkeypatch):
     """The beam sampler with its FFBS switched off (the states kept): the moves, the compaction,
     the emission parameters and the global step alone have the exact posterior."""
@@ -154,6 +160,7 @@ def test_beam_moves_alone_enumeration(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_direct_assignment_dp_mixture_with_split_merge_enumeration():
     """DP-mixture emissions (the component indicators drawn given the carried parameters before
     the moves, the parameters redrawn given the moved states and indicators after them): the
@@ -205,6 +212,7 @@ def weak_tv(num_chains, num_warmup, seed, moves=2):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_weak_limit_with_split_merge_enumeration():
     """WeakLimitGibbs(split_merge=2), L = 3, T = 5 (243 labelled sequences): the last states of
     3000 vectorized chains match the exact weak-limit posterior."""
@@ -214,6 +222,7 @@ def test_weak_limit_with_split_merge_enumeration():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_weak_limit_moves_alone_enumeration(monkeypatch):
     """The weak limit's FFBS switched off: the moves (labelled: the new label's proposal
     probability in the ratio), beta, the parameters and the rows alone have the exact
@@ -224,6 +233,8 @@ def test_weak_limit_moves_alone_enumeration(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_weak_limit_negative_control_without_label_choice(monkeypatch):
     """Negative control: the moves alone with the infinite model's ratio (no ``log F`` term for
     the new label's uniform choice) fail the same test."""

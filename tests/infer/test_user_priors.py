@@ -19,7 +19,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.results.diagnostics import hamming_distance
 from numpyro_hdphmm.infer import BeamSampler, DirectAssignmentGibbs, WeakLimitGibbs
-from numpyro_hdphmm.infer import weak_limit
+from numpyro_hdphmm.infer import weak_limit  # the function (the module of the same name is numpyro_hdphmm.infer.algorithms.weak_limit)
 
 
 def categorical_data(seed=0, length=12):
@@ -123,6 +123,7 @@ def test_exact_and_generic_hyperparameter_paths_agree():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 def test_exact_and_generic_hyperparameter_paths_agree_long():
     z, _, _ = _exact_vs_generic(num_chains=16, num_warmup=300, num_samples=1000)
     print(z)
@@ -130,6 +131,7 @@ def test_exact_and_generic_hyperparameter_paths_agree_long():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("kernel_cls", [DirectAssignmentGibbs, BeamSampler])
 def test_exact_and_generic_paths_agree_infinite_kernels(kernel_cls):
     z, exact, generic = _exact_vs_generic(8, 100, 200, kernel_cls)
@@ -157,6 +159,8 @@ def _alpha_exact_vs_generic(num_chains=8, num_warmup=100, num_samples=200):
 
 
 @pytest.mark.slow  # 2 x 8 chains x 300 sweeps; the default set compares the paths in test_exact_and_generic_hyperparameter_paths_agree
+@pytest.mark.statistical
+@pytest.mark.robustness
 def test_generic_alpha_with_underflowing_rows():
     """The inner kernel sees the rows integrated out (then they are redrawn), so the generic
     update of alpha is exact even where row entries underflow."""
@@ -165,6 +169,8 @@ def test_generic_alpha_with_underflowing_rows():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_generic_alpha_detects_rows_density(monkeypatch):
     """Negative control: the inner kernel on the rows' Dirichlet density (rows not integrated out,
     not redrawn) drifts with the underflowed entries: detected."""
@@ -178,6 +184,8 @@ def test_generic_alpha_detects_rows_density(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_generic_gamma_detects_empty_slots_counted(monkeypatch):
     """Negative control: the GEM density counting a factor gamma for every slot, also the empty
     ones (gamma^capacity instead of gamma^K), misleads the generic gamma update of the infinite
@@ -197,6 +205,8 @@ def test_generic_gamma_detects_empty_slots_counted(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_exact_vs_generic_detects_wrong_alpha_prior(monkeypatch):
     """Negative control: an exact alpha update that uses the wrong prior rate (b -> 2b)."""
     real = crp.resample_alpha_kappa

@@ -1,4 +1,6 @@
-"""WeakLimitGibbs: exact enumeration, Geweke, chain methods, ArviZ, and Fox et al. experiment A."""
+"""WeakLimitGibbs: negative controls of the enumeration and Geweke checks, chain methods, ArviZ, and Fox
+et al. experiment A.  (Its enumeration and Geweke tests are the conformance suite's,
+``test_conformance.py``, driven by ``tests/kernel_registry.py``.)"""
 
 import arviz as az
 import jax
@@ -15,6 +17,7 @@ from numpyro_hdphmm.infer import WeakLimitGibbs
 from numpyro_hdphmm.infer import weak_limit
 
 from _checks import printed_gamma_update, empirical_tv, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
+from kernel_registry import geweke_model, weak_limit_statistics
 
 GAMMA, ALPHA, KAPPA, L, C = 3.0, 2.0, 1.5, 3, 2
 
@@ -30,14 +33,9 @@ def exact_single():
     return y, exact_weak_limit_posterior([y], L, GAMMA, ALPHA, KAPPA, C, 1.0)
 
 
-def test_enumeration_single_sequence(exact_single):
-    y, exact = exact_single
-    draws = final_states(WeakLimitGibbs(fixed_model), (np.array(y),), num_chains=3000, num_warmup=40)
-    tv, bound = empirical_tv(exact, draws), tv_bound(exact.values(), len(draws))
-    assert tv < bound, (tv, bound)
-
-
-@pytest.mark.slow  # negative control of the enumeration test above (run before every release)
+@pytest.mark.slow  # negative control of test_conformance.py::test_enumeration[WeakLimitGibbs-single]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_enumeration_detects_off_by_one_counts(exact_single, monkeypatch):
     """The same test fails for a sampler whose transition counts are each off by one."""
     real = crp.transition_counts
@@ -52,54 +50,21 @@ def test_enumeration_detects_off_by_one_counts(exact_single, monkeypatch):
     assert empirical_tv(exact, draws) > tv_bound(exact.values(), len(draws))
 
 
-def test_enumeration_several_sequences_with_padding():
-    seqs = [[0, 1, 1], [1, 0]]
-    exact = exact_weak_limit_posterior(seqs, L, GAMMA, ALPHA, KAPPA, C, 1.0)
-    y = np.array([[0, 1, 1], [1, 0, 0]])
-    lengths = np.array([3, 2])
-    draws = final_states(WeakLimitGibbs(fixed_model), (y, lengths), num_chains=3000, num_warmup=40)
-    flat = [np.concatenate([d.reshape(2, 3)[0], d.reshape(2, 3)[1, :2]]) for d in draws]
-    tv, bound = empirical_tv(exact, flat), tv_bound(exact.values(), len(flat))
-    assert tv < bound, (tv, bound)
-
-
 # ---------------------------------------------------------------------------- Geweke
-def hyper_model(y=None, num_steps=None):
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
-    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
-    kappa = numpyro.sample("kappa", dist.Gamma(2.0, 1.0))
-    hmm = nh.StickyHDPHMM(gamma, alpha, kappa, nh.emissions.Categorical(3, 1.0), max_states=3, num_steps=num_steps)
-    nh.sample("y", hmm, obs=y)
+# the conformance suite's Geweke model and statistics of this kernel (L = 3)
+hyper_model = geweke_model(3)
 
 
 def _stats():
-    def self_rate(z):
-        s = z["y_states"]
-        return jnp.mean(s[1:] == s[:-1])
-
-    return {
-        "gamma": lambda z: z["gamma"],
-        "alpha": lambda z: z["alpha"],
-        "kappa": lambda z: z["kappa"],
-        "beta0": lambda z: z["y_beta"][0],
-        "pi00": lambda z: z["y_trans"][0, 0],
-        "probs00": lambda z: z["y_probs"][0, 0],
-        "self_rate": self_rate,
-        "num_states": lambda z: jnp.sum(jnp.zeros(3, bool).at[z["y_states"]].set(True)),
-    }
+    return weak_limit_statistics(3)
 
 
 GEWEKE_LIMIT = 4.5
 
 
-@pytest.mark.slow
-def test_geweke_with_hyperparameter_updates():
-    z = geweke_z_scores(WeakLimitGibbs(hyper_model), weak_limit(hyper_model), _stats(), num_steps=8,
-                        num_iterations=6000, num_prior=6000)
-    assert max(abs(v) for v in z.values()) < GEWEKE_LIMIT, z
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # negative control of test_conformance.py::test_geweke[WeakLimitGibbs]
+@pytest.mark.statistical
+@pytest.mark.negative_control
 def test_geweke_detects_printed_gamma_update(monkeypatch):
     monkeypatch.setattr(crp, "resample_gamma", printed_gamma_update)
     # 6000 iterations gave z(gamma) 3.8 (below the limit): the printed update's bias is small at
@@ -154,17 +119,19 @@ def test_arviz_end_to_end(small_data):
 
 
 def test_chain_methods_and_resume(small_data):
+    # one kernel for every run (it carries nothing between runs, test_determinism.py): its
+    # discovery and compiled init are reused
+    kernel = WeakLimitGibbs(fixed_model_gauss)
     shapes = {}
     for method in ("sequential", "vectorized"):
-        mcmc = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=6, num_chains=2,
-                    chain_method=method, progress_bar=False)
+        mcmc = MCMC(kernel, num_warmup=5, num_samples=6, num_chains=2, chain_method=method, progress_bar=False)
         mcmc.run(jax.random.key(0), small_data)
         shapes[method] = mcmc.get_samples(group_by_chain=True)["y_states"].shape
     assert shapes["sequential"] == shapes["vectorized"] == (2, 6, 60)
     # post_warmup_state resumes a run exactly
-    full = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=8, progress_bar=False)
+    full = MCMC(kernel, num_warmup=5, num_samples=8, progress_bar=False)
     full.run(jax.random.key(3), small_data)
-    half = MCMC(WeakLimitGibbs(fixed_model_gauss), num_warmup=5, num_samples=4, progress_bar=False)
+    half = MCMC(kernel, num_warmup=5, num_samples=4, progress_bar=False)
     half.run(jax.random.key(3), small_data)
     first = half.get_samples()["y_states"]
     half.post_warmup_state = half.last_state
@@ -211,6 +178,7 @@ def experiment_model(y, sticky=True):
 
 
 @pytest.mark.slow
+@pytest.mark.paper
 def test_fox_experiment_a():
     data = nh.datasets.fox_experiment_a(num_steps=1000, seed=0)
     results = {}

@@ -21,7 +21,7 @@ from numpyro_hdphmm.distributions import (
     MarkovChain,
     WeakLimitBeta,
 )
-from numpyro_hdphmm.models import HDPHMM, StickyHDPHMM
+from numpyro_hdphmm.models.hmm import HDPHMM, StickyHDPHMM
 from numpyro_hdphmm.primitives import sample
 from numpyro_hdphmm.results import (
     diagnostics,

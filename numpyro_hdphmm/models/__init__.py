@@ -9,7 +9,7 @@ A new model class is a module here and one line in :data:`MODEL_CLASSES` (``docs
 """
 
 from numpyro_hdphmm.models.base import DEFAULT_NUM_STEPS, ModelClass, SiteRole
-from numpyro_hdphmm.models.hmm import HDPHMM, StickyHDPHMM
+from numpyro_hdphmm.models.hmm import StickyHDPHMM
 
 #: the registry of model classes: ``kind -> class`` (one line per model class)
 MODEL_CLASSES = {

@@ -110,18 +110,9 @@ class StickyHDPHMM(ModelClass, Distribution):
         )
 
     def declare(self, name: str, obs=None, lengths=None):
-        r"""Declare the sticky HDP-HMM's sites (:func:`numpyro_hdphmm.sample`), in order:
-
-        ============================  ==========================================  =====================
-        site                          distribution                                shape
-        ============================  ==========================================  =====================
-        ``{name}_beta``               ``GEM(gamma, K)``                           ``(K+1,)``
-        ``{name}_trans``              ``HDPTransitions(beta, alpha, kappa)``      ``(K+1, K+1)``
-        ``{name}_{p}`` per parameter  the emission family's prior                 ``(K, ...)``
-        ``{name}_states``             ``MarkovChain(trans[K], trans[:K], T)``     ``(T,)`` / ``(N, T)``
-        ``{name}`` (observed)         ``EmissionLikelihood``, pointwise in time   ``(T, ...)`` / ``(N, T, ...)``
-        ============================  ==========================================  =====================
-        """
+        """Declare the sticky HDP-HMM's sites: ``{name}_beta``, ``{name}_trans``, the emission
+        parameters, ``{name}_states`` and the observed ``{name}`` (the table of
+        :func:`numpyro_hdphmm.sample`, which calls this; the roles are :meth:`site_roles`)."""
         if self.batch_shape != ():
             raise ValueError(f"`hmm` must have scalar hyperparameters (batch shape ()), got {self.batch_shape}.")
         raw_lengths = lengths

@@ -14,7 +14,6 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 from jax import random
 from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
@@ -22,7 +21,6 @@ from numpyro.distributions.distribution import Distribution
 from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive, host_warning
 from numpyro_hdphmm.distributions import (
     GEM,
-    EmissionLikelihood,
     HDPTransitions,
     MarkovChain,
     check_capacity,
@@ -31,8 +29,8 @@ from numpyro_hdphmm.distributions import (
     warn_escape,
 )
 from numpyro_hdphmm.emissions.base import EmissionFamily
-from numpyro_hdphmm.models.base import HDP_ROLE, MODEL_KEY, NAME_KEY, NOT_ENUMERABLE, ModelClass, SiteRole
-from numpyro_hdphmm.models.layout import check_states_shape, layout_from_draws, sequence_layout
+from numpyro_hdphmm.models.base import ModelClass, SiteRole
+from numpyro_hdphmm.models.declare import declare_sites
 
 __all__ = ["StickyHDPHMM", "HDPHMM"]
 
@@ -113,42 +111,10 @@ class StickyHDPHMM(ModelClass, Distribution):
         """Declare the sticky HDP-HMM's sites: ``{name}_beta``, ``{name}_trans``, the emission
         parameters, ``{name}_states`` and the observed ``{name}`` (the table of
         :func:`numpyro_hdphmm.sample`, which calls this; the roles are :meth:`site_roles`)."""
-        if self.batch_shape != ():
-            raise ValueError(f"`hmm` must have scalar hyperparameters (batch shape ()), got {self.batch_shape}.")
-        raw_lengths = lengths
-        obs, num_sequences, num_steps, lengths = sequence_layout(self, obs, lengths)
-        num_states = self.max_states
-        role = lambda r, **kw: {HDP_ROLE: r, NAME_KEY: name, **kw}
-
-        beta = numpyro.sample(f"{name}_beta", GEM(self.gamma, num_states), infer=role("beta"))
-        if jnp.shape(beta) != (num_states + 1,):
-            raise NotImplementedError(
-                f"numpyro_hdphmm.sample('{name}'): its sites got batch shape {jnp.shape(beta)[:-1]} from an enclosing "
-                "`numpyro.plate` (or a batched substituted value); the HDP-HMM declares its own plates. For several "
-                "sequences pass `obs` of shape (N, T, ...) (with `lengths=`) instead of a plate; for independent "
-                "HDP-HMMs fit one model per group."
-            )
-        trans = numpyro.sample(f"{name}_trans", HDPTransitions(beta, self.alpha, self.kappa), infer=role("trans"))
-        params = self.emission.sample_sites(name, num_states)
-
-        chain = MarkovChain(trans[num_states], trans[:num_states], num_steps, lengths=lengths)
-        states_infer = role("states", event_dims=["time"], enumerate=NOT_ENUMERABLE)
-        if num_sequences is None:
-            states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
-        else:
-            with numpyro.plate("sequence", num_sequences, dim=-1):
-                states = numpyro.sample(f"{name}_states", chain, infer=states_infer)
-        if obs is None:  # under Predictive the states are the posterior draws: their layout decides
-            num_sequences, num_steps = layout_from_draws(name, self, states, raw_lengths)
-        else:  # a value given for the states (substituted, conditioned, resumed) must fit the data
-            check_states_shape(name, states, (num_steps,) if num_sequences is None else (num_sequences, num_steps))
-        obs_infer = role("obs", **{MODEL_KEY: self})
-        if num_sequences is None:
-            with numpyro.plate("time", num_steps, dim=-1):
-                return numpyro.sample(name, EmissionLikelihood(self.emission, params, states), obs=obs, infer=obs_infer)
-        with numpyro.plate("sequence", num_sequences, dim=-2), numpyro.plate("time", num_steps, dim=-1):
-            return numpyro.sample(name, EmissionLikelihood(self.emission, params, states, lengths), obs=obs,
-                                  infer=obs_infer)
+        return declare_sites(
+            self, name, obs, lengths, kappa=self.kappa, own_sites=lambda name, k: {},
+            chain=lambda trans, own, num_steps, lengths: MarkovChain(trans[self.max_states], trans[:self.max_states],
+                                                                     num_steps, lengths=lengths))
 
     def _draw_one(self, key, gamma, alpha, kappa):
         k_beta, k_trans, k_par, k_z, k_y = random.split(key, 5)

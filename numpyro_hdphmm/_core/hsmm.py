@@ -1,0 +1,288 @@
+r"""Explicit-duration hidden semi-Markov model message passing: backward messages, forward
+sampling of segmentations, the log probability of a segmentation.
+
+A segmentation of a sequence of length ``n`` is a run of segments ``(z_1, d_1), (z_2, d_2), ...``
+(``sum d = n``, consecutive states differ): ``z_1 ~ pi``, ``z_{s+1} ~ A[z_s]`` (``A`` has a zero
+diagonal), ``d_s ~ p_{z_s}`` on ``{1, ..., D}``, and every step of segment ``s`` emits from state
+``z_s``.  All inputs are in LOG space:
+
+``log_init (K,)``
+    ``log pi``.
+``log_trans (K, K)``
+    ``log A`` with ``-inf`` on the diagonal (:func:`without_self_transitions`).
+``log_dur (K, D)``, ``log_surv (K, D)``
+    ``log p_k(d)`` and ``log P_k(D >= d)`` for ``d = 1..D`` (:func:`duration_tables`; column
+    ``d - 1`` holds duration ``d``).
+``ll (T, K)``
+    emission log-likelihoods; ``mask (T,)`` False drops a missing step's term; steps ``t >= length``
+    are padding: they contribute nothing and their sampled states copy the last valid one.
+``right_censored``
+    the last segment is only known to last at least until the end: its term is ``log_surv``
+    (Johnson & Willsky 2013, Sec. 3.2) instead of ``log_dur`` (the sequence ends with a segment).
+``first``
+    ``None`` or ``(log_dur_first, log_surv_first)``: the law of the first segment's duration
+    when the first segment is left-censored (the process was running before the first step;
+    :func:`left_censored_tables`).
+
+Backward messages (Johnson & Willsky 2013, eqs. 4-5; Murphy 2002), with time ``0..n-1``:
+
+.. math::
+
+    E_t(i) = p(y_{t+1:n-1} \mid \text{a segment of } i \text{ ends at } t)
+           = \sum_j A_{ij} S_{t+1}(j), \qquad E_{n-1} = 1,
+
+    S_t(j) = p(y_{t:n-1} \mid \text{a segment of } j \text{ starts at } t)
+           = \sum_{d=1}^{\min(D, n-t)} p_j(d) \Big(\prod_{s=t}^{t+d-1} e_s(j)\Big) E_{t+d-1}(j),
+
+with ``P_j(D >= d)`` for ``p_j(d)`` in the term ``d = n - t`` when right-censored, and
+``p(y) = sum_j pi_j S_0(j)``.  One ``lax.scan`` from the end carries the last ``D`` values of
+``E`` and the window sums ``sum_{s=t}^{t+d-1} log e_s(j)`` (``d = 1..D``), updated by one shift and
+one addition per step: ``O(T K (D + K))`` work, ``O(D K)`` memory in the loop, ``O(T K)`` stored.
+Forward sampling draws ``z_1 ∝ pi S_0``, ``d ∝`` the terms of ``S_t(z)``, the next state
+``∝ A[z] S_{t+d}``, ... (one pass over the steps with a draw where a segment starts).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax, random
+from jax.scipy.special import logsumexp
+
+__all__ = [
+    "HSMMMessages",
+    "duration_tables",
+    "left_censored_tables",
+    "without_self_transitions",
+    "hsmm_backward",
+    "hsmm_sample",
+    "hsmm_log_prob",
+    "segments",
+    "sample_segments",
+]
+
+
+class HSMMMessages(NamedTuple):
+    """Result of :func:`hsmm_backward`: ``log_end (T, K)`` (``log E_t``), ``log_start (T, K)``
+    (``log S_t``; ``-inf`` on padding), ``log_start_first (K,)`` (``log S_0`` with the first
+    segment's own duration law; ``log_start[0]`` when there is none) and ``marginal_loglik``
+    (``log p(y)``)."""
+
+    log_end: jax.Array
+    log_start: jax.Array
+    log_start_first: jax.Array
+    marginal_loglik: jax.Array
+
+
+def _neg_inf(dtype):
+    return jnp.array(-jnp.inf, dtype)
+
+
+def duration_tables(log_pmf) -> Tuple[jax.Array, jax.Array]:
+    r"""``(log_dur, log_surv)`` of durations truncated to ``{1..D}`` and renormalized, from the
+    untruncated ``log_pmf (K, D)`` of ``d = 1..D``: ``log p(d) - log sum_{d'<=D} p(d')`` and the
+    survival ``log P(D >= d) = logsumexp_{d' >= d} log p(d')`` (reverse cumulative, in log space)."""
+    log_pmf = jnp.asarray(log_pmf)
+    log_dur = log_pmf - logsumexp(log_pmf, axis=-1, keepdims=True)
+    log_surv = jnp.flip(lax.cumlogsumexp(jnp.flip(log_dur, -1), axis=log_dur.ndim - 1), -1)
+    return log_dur, log_surv
+
+
+def left_censored_tables(log_surv) -> Tuple[jax.Array, jax.Array]:
+    r"""The first segment's duration law when it is left-censored (the process ran before the first
+    step, in equilibrium): the residual life ``p(d) = P(D >= d) / sum_{d'} P(D >= d')`` and its
+    survival, from ``log_surv (K, D)`` of :func:`duration_tables`."""
+    return duration_tables(log_surv)
+
+
+def without_self_transitions(rows):
+    r"""``log A (K, K)`` from transition rows ``(K, C)``, ``C >= K`` (a last column beyond ``K`` is the
+    mass of the states not represented): the self-transition removed and each row divided by the
+    rest of its mass, ``A_ij = pi_ij / (1 - pi_ii)`` (``-inf`` on the diagonal; Johnson & Willsky
+    2013, eq. 9).  Under the weak limit the rows give no mass beyond ``K`` and each row of ``A``
+    sums to one."""
+    rows = jnp.asarray(rows)
+    k = rows.shape[0]
+    off = rows.at[jnp.arange(k), jnp.arange(k)].set(0.0)
+    tiny = jnp.finfo(off.dtype).tiny
+    log_off = jnp.where(off > 0, jnp.log(jnp.maximum(off, tiny)), -jnp.inf)
+    return log_off[:, :k] - logsumexp(log_off, axis=-1, keepdims=True)
+
+
+def _prepared(ll, mask, length):
+    t_max = ll.shape[0]
+    length = jnp.asarray(t_max if length is None else length, jnp.int32)
+    keep = jnp.arange(t_max) < length
+    if mask is not None:
+        keep = keep & jnp.asarray(mask, bool)
+    return jnp.where(keep[:, None], ll, 0.0), length
+
+
+def _segment_terms(log_dur, log_surv, window, ends, t, length, right_censored):
+    """The ``(D, K)`` log terms of ``S_t``: duration, emissions of the window, ``E`` at its end;
+    ``-inf`` past the sequence's end."""
+    num_d = log_dur.shape[-1]
+    d = jnp.arange(1, num_d + 1)
+    reaches_end = (t + d - 1) == (length - 1)
+    law = jnp.where((reaches_end & right_censored)[:, None], log_surv.T, log_dur.T)
+    fits = (d <= length - t)[:, None]
+    return jnp.where(fits, law + window + ends, -jnp.inf)
+
+
+def hsmm_backward(log_init, log_trans, log_dur, log_surv, ll, mask=None, length=None, *,
+                  right_censored: bool = True, first: Optional[Tuple] = None) -> HSMMMessages:
+    """Backward messages of one sequence (module docstring): :class:`HSMMMessages`.
+
+    ``log_init (K,)``, ``log_trans (K, K)``, ``log_dur``/``log_surv (K, D)``, ``ll (T, K)``,
+    ``mask (T,)``, ``length`` (scalar, may be traced)."""
+    ll, length = _prepared(ll, mask, length)
+    t_max, k = ll.shape
+    num_d = log_dur.shape[-1]
+    dtype = ll.dtype
+    ninf = _neg_inf(dtype)
+
+    def body(carry, t):
+        window, ends, start_next = carry  # window[d-1] = sum_{s=t+1}^{t+d} ll[s]; ends[d-1] = E_{t+d}
+        end_t = jnp.where(t == length - 1, jnp.zeros((k,), dtype),
+                          logsumexp(log_trans + start_next[None, :], axis=-1))
+        end_t = jnp.where(t < length, end_t, ninf)
+        window = jnp.concatenate([jnp.zeros((1, k), dtype), window[:-1]], 0) + ll[t][None, :]
+        ends = jnp.concatenate([end_t[None], ends[:-1]], 0)
+        terms = _segment_terms(log_dur, log_surv, window, ends, t, length, right_censored)
+        start_t = logsumexp(terms, axis=0)
+        return (window, ends, start_t), (end_t, start_t)
+
+    init = (jnp.zeros((num_d, k), dtype), jnp.full((num_d, k), ninf), jnp.full((k,), ninf))
+    (window, ends, _), (log_end, log_start) = lax.scan(body, init, jnp.arange(t_max), reverse=True)
+    if first is None:
+        start_first = log_start[0]
+    else:
+        start_first = logsumexp(_segment_terms(*first, window, ends, 0, length, right_censored), axis=0)
+    marginal = logsumexp(log_init + start_first)
+    return HSMMMessages(log_end, log_start, start_first, marginal)
+
+
+def _categorical(key, logits):
+    return random.categorical(key, jnp.where(jnp.isnan(logits), -jnp.inf, logits))
+
+
+def hsmm_sample(rng_key, log_init, log_trans, log_dur, log_surv, ll, mask=None, length=None, *,
+                right_censored: bool = True, first: Optional[Tuple] = None):
+    r"""A segmentation of one sequence from its posterior: ``(states (T,), marginal_loglik)``.
+
+    Backward messages (:func:`hsmm_backward`), then forward sampling: at each segment start ``t``
+    the state (``∝ pi S_0`` at ``t = 0``, else ``∝ A[z_prev] S_t``) and the duration (``∝`` the
+    terms of ``S_t(z)``).  Padded steps copy the last valid state."""
+    msgs = hsmm_backward(log_init, log_trans, log_dur, log_surv, ll, mask, length,
+                         right_censored=right_censored, first=first)
+    ll, length = _prepared(ll, mask, length)
+    t_max, k = ll.shape
+    num_d = log_dur.shape[-1]
+    dtype = ll.dtype
+    pad = lambda a, fill: jnp.concatenate([a, jnp.full((num_d, k), fill, dtype)], 0)
+    ll_pad, end_pad = pad(ll, 0.0), pad(msgs.log_end, -jnp.inf)
+    first_dur, first_surv = (log_dur, log_surv) if first is None else first
+
+    def body(carry, inputs):
+        state, remaining = carry
+        t, key = inputs
+        k_state, k_dur = random.split(key)
+        state_logits = jnp.where(t == 0, log_init + msgs.log_start_first, log_trans[state] + msgs.log_start[t])
+        new_state = _categorical(k_state, state_logits)
+        window = jnp.cumsum(lax.dynamic_slice(ll_pad, (t, 0), (num_d, k))[:, new_state])
+        ends = lax.dynamic_slice(end_pad, (t, 0), (num_d, k))[:, new_state]
+        dur_row = jnp.where(t == 0, first_dur[new_state], log_dur[new_state])
+        surv_row = jnp.where(t == 0, first_surv[new_state], log_surv[new_state])
+        terms = _segment_terms(dur_row[None], surv_row[None], window[:, None], ends[:, None], t, length,
+                               right_censored)[:, 0]
+        duration = _categorical(k_dur, terms) + 1
+        starts = (remaining == 0) & (t < length)
+        state = jnp.where(starts, new_state, state).astype(jnp.int32)
+        remaining = (jnp.where(starts, duration, remaining) - (t < length)).astype(jnp.int32)
+        return (state, remaining), state
+
+    keys = random.split(rng_key, t_max)
+    _, states = lax.scan(body, (jnp.int32(0), jnp.int32(0)), (jnp.arange(t_max), keys))
+    return states.astype(jnp.int32), msgs.marginal_loglik
+
+
+def segments(states, length=None):
+    r"""The segments of a state sequence ``states (T,)``: ``(ends (T,) bool, durations (T,) int)``,
+    ``ends[t]`` True where a segment ends at ``t`` (the state changes at ``t + 1`` or ``t`` is the
+    last valid step) and ``durations[t]`` its duration there (0 elsewhere)."""
+    states = jnp.asarray(states)
+    t_max = states.shape[-1]
+    length = jnp.asarray(t_max if length is None else length, jnp.int32)
+    t = jnp.arange(t_max)
+    valid = t < length
+    change = jnp.concatenate([jnp.ones((1,), bool), states[1:] != states[:-1]])
+    start = lax.cummax(jnp.where(change, t, 0), axis=0)
+    last = t == length - 1
+    ends = valid & (last | jnp.concatenate([states[1:] != states[:-1], jnp.ones((1,), bool)]))
+    return ends, jnp.where(ends, t - start + 1, 0)
+
+
+def hsmm_log_prob(states, log_init, log_trans, log_dur, log_surv, length=None, *, right_censored: bool = True,
+                  first: Optional[Tuple] = None):
+    r"""``log p(z)`` of a state sequence ``states (T,)`` under the segment process (module
+    docstring): the first state, the transitions at the segment boundaries and each segment's
+    duration term (the last one's survival when right-censored; the first one's own law with
+    ``first``); ``-inf`` when a segment is longer than ``D``."""
+    states = jnp.asarray(states, jnp.int32)
+    t_max = states.shape[-1]
+    num_d = log_dur.shape[-1]
+    length = jnp.asarray(t_max if length is None else length, jnp.int32)
+    t = jnp.arange(t_max)
+    ends, durations = segments(states, length)
+    boundary = (t > 0) & (t < length) & jnp.concatenate([jnp.zeros((1,), bool), states[1:] != states[:-1]])
+    prev = jnp.concatenate([states[:1], states[:-1]])
+    trans_terms = jnp.where(boundary, log_trans[prev, states], 0.0)
+    col = jnp.clip(durations - 1, 0, num_d - 1)
+    censored = right_censored & (t == length - 1)
+    first_dur, first_surv = (log_dur, log_surv) if first is None else first
+    is_first = (t - durations + 1) == 0
+    dur = jnp.where(is_first, first_dur[states, col], log_dur[states, col])
+    surv = jnp.where(is_first, first_surv[states, col], log_surv[states, col])
+    term = jnp.where(censored, surv, dur)
+    term = jnp.where(durations > num_d, -jnp.inf, term)
+    dur_terms = jnp.where(ends, term, 0.0)
+    return log_init[states[0]] + jnp.sum(trans_terms) + jnp.sum(dur_terms)
+
+
+def sample_segments(rng_key, log_init, log_rows, log_dur, num_steps: int, *, first: Optional[Tuple] = None):
+    r"""A state sequence from the segment process (the prior): ``(states (T,), escapes)``.
+
+    ``log_init (C,)`` and ``log_rows (K, C)`` (``C = K`` or ``K + 1``; a last column beyond ``K``
+    is the mass of the states not represented, whose draws are redrawn among the represented ones
+    and counted in ``escapes``, as :func:`numpyro_hdphmm.distributions.sample_markov_chain` does);
+    the self-transitions of ``log_rows`` are removed.  ``log_dur (K, D)``: durations on ``1..D``
+    (``first``: the first segment's, :func:`left_censored_tables`).  Durations beyond the end are
+    cut at ``T`` (the last segment is censored)."""
+    k = log_rows.shape[0]
+    cols = log_rows.shape[-1]
+    log_rows = jnp.where(jnp.eye(k, cols, dtype=bool), -jnp.inf, log_rows)
+    first_dur = log_dur if first is None else first[0]
+
+    def draw_state(key, logits):
+        k_main, k_redraw = random.split(key)
+        z = _categorical(k_main, logits)
+        escaped = z >= k
+        return jnp.where(escaped, _categorical(k_redraw, logits[:k]), z).astype(jnp.int32), escaped.astype(jnp.int32)
+
+    def body(carry, inputs):
+        state, remaining, escapes = carry
+        t, key = inputs
+        k_state, k_dur = random.split(key)
+        new_state, escaped = draw_state(k_state, jnp.where(t == 0, log_init, log_rows[state]))
+        duration = _categorical(k_dur, jnp.where(t == 0, first_dur[new_state], log_dur[new_state])) + 1
+        starts = remaining == 0
+        state = jnp.where(starts, new_state, state).astype(jnp.int32)
+        escapes = escapes + jnp.where(starts, escaped, 0)
+        remaining = (jnp.where(starts, duration, remaining) - 1).astype(jnp.int32)
+        return (state, remaining, escapes), state
+
+    keys = random.split(rng_key, num_steps)
+    (_, _, escapes), states = lax.scan(body, (jnp.int32(0), jnp.int32(0), jnp.int32(0)), (jnp.arange(num_steps), keys))
+    return states, escapes

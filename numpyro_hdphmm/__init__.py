@@ -12,7 +12,7 @@ switching undone (:func:`relabel_samples`), the Bayes point estimate of the segm
 (:func:`to_inference_data`) and diagnostics (:mod:`numpyro_hdphmm.results.diagnostics`).
 """
 
-from numpyro_hdphmm import datasets, emissions, infer, models, results
+from numpyro_hdphmm import datasets, durations, emissions, infer, models, results
 from numpyro_hdphmm.distributions import (
     GEM,
     EmissionLikelihood,
@@ -50,6 +50,7 @@ __all__ = [
     "WeakLimitBeta",
     "datasets",
     "diagnostics",
+    "durations",
     "emissions",
     "forecast",
     "infer",

@@ -1,0 +1,26 @@
+"""Duration families of the hidden semi-Markov models: one protocol (:class:`DurationFamily`).
+
+=====================  ==============================================  =====================
+family                 law of a duration ``d in {1, 2, ...}``          parameters (sites)
+=====================  ==============================================  =====================
+``Geometric``          ``(1 - stay) stay^(d-1)``, Beta prior           ``stay``
+``Poisson``            ``d - 1 ~ Poisson(rate)``, Gamma prior          ``rate``
+=====================  ==============================================  =====================
+
+Every family is the untruncated law; the HSMM models truncate it to ``{1, ..., max_duration}``
+and renormalize (:mod:`numpyro_hdphmm.durations.base`).  The model declares the site
+``f"{name}_duration_{p}"`` for each parameter ``p``.
+"""
+
+from numpyro_hdphmm.durations.base import DurationFamily, DurationStatistics, duration_site, duration_statistics
+from numpyro_hdphmm.durations.geometric import Geometric
+from numpyro_hdphmm.durations.poisson import Poisson
+
+__all__ = [
+    "DurationFamily",
+    "DurationStatistics",
+    "duration_site",
+    "duration_statistics",
+    "Geometric",
+    "Poisson",
+]

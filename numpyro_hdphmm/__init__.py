@@ -2,7 +2,9 @@
 
 The (sticky) HDP-HMM as NumPyro distributions (:class:`StickyHDPHMM`, :class:`HDPHMM`) whose
 latent structure :func:`sample` declares as explicit sites of a user's model, the parts as
-distributions of their own (:class:`GEM`, :class:`HDPTransitions`, :class:`MarkovChain`), a
+distributions of their own (:class:`GEM`, :class:`HDPTransitions`, :class:`MarkovChain`), the explicit-duration HDP-HSMM
+(:class:`HDPHSMM`, state sequences :class:`SemiMarkovChain`, duration laws in
+:mod:`numpyro_hdphmm.durations`), a
 marginal :class:`HiddenMarkovModel` for NUTS/SVI, and conjugate emission families in
 :mod:`numpyro_hdphmm.emissions`.  After sampling (the subpackage :mod:`numpyro_hdphmm.results`,
 whose names are also attributes here): state posteriors from the draws (:func:`viterbi`,
@@ -22,6 +24,7 @@ from numpyro_hdphmm.distributions import (
     WeakLimitBeta,
 )
 from numpyro_hdphmm.models.hmm import HDPHMM, StickyHDPHMM
+from numpyro_hdphmm.models.hsmm import HDPHSMM, SemiMarkovChain
 from numpyro_hdphmm.primitives import sample
 from numpyro_hdphmm.results import (
     diagnostics,
@@ -42,10 +45,12 @@ __version__ = "0.1.0"
 __all__ = [
     "GEM",
     "HDPHMM",
+    "HDPHSMM",
     "EmissionLikelihood",
     "HDPTransitions",
     "HiddenMarkovModel",
     "MarkovChain",
+    "SemiMarkovChain",
     "StickyHDPHMM",
     "WeakLimitBeta",
     "datasets",

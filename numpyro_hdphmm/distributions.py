@@ -31,6 +31,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import validate_sample
 
+from numpyro_hdphmm._core.crp import log_dirichlet_multinomial, row_counts, transition_counts
 from numpyro_hdphmm._core.hmm import hmm_marginal_loglik
 from numpyro_hdphmm._core.random import categorical, dirichlet
 from numpyro_hdphmm._core.validation import (
@@ -386,6 +387,19 @@ class MarkovChain(Distribution):
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):
         return constraints.independent(constraints.integer_interval(0, self.num_states - 1), 1)
+
+    def collapsed_log_prob(self, value, concentration):
+        """``log p(value)`` with the rows ``Dir(concentration)`` (``(K+1, K+1)``, start row last)
+        integrated out: the Dirichlet-multinomial of the transition counts of every sequence
+        (Fox et al. eq. 37's normalizers), one total."""
+        capacity = concentration.shape[-1] - 1
+        n, first = transition_counts(value, capacity, self.lengths)
+        return log_dirichlet_multinomial(concentration, row_counts(n, first, concentration.dtype))
+
+    def restricted(self, initial_probs, transition_matrix) -> "MarkovChain":
+        """The same chain with other start and transition probabilities (e.g. restricted to the
+        represented states)."""
+        return MarkovChain(initial_probs, transition_matrix, self.num_steps, lengths=self.lengths)
 
     def _flat_args(self, sample_shape):
         shape = tuple(sample_shape) + self.batch_shape

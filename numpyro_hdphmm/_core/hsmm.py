@@ -108,7 +108,11 @@ def without_self_transitions(rows):
     off = rows.at[jnp.arange(k), jnp.arange(k)].set(0.0)
     tiny = jnp.finfo(off.dtype).tiny
     log_off = jnp.where(off > 0, jnp.log(jnp.maximum(off, tiny)), -jnp.inf)
-    return log_off[:, :k] - logsumexp(log_off, axis=-1, keepdims=True)
+    total = logsumexp(log_off, axis=-1, keepdims=True)
+    # a row whose self-transition took all its mass in floating point (pi_ii = 1, a measure-zero
+    # event): its departures are uniform over the other states
+    uniform = jnp.where(jnp.eye(k, dtype=bool), -jnp.inf, -jnp.log(jnp.maximum(k - 1, 1)))
+    return jnp.where(jnp.isfinite(total), log_off[:, :k] - total, uniform)
 
 
 def _prepared(ll, mask, length):

@@ -42,7 +42,7 @@ import numpy as np
 import numpyro
 
 from numpyro_hdphmm._core.validation import as_parameter, check_positive, check_static_int, is_concrete
-from numpyro_hdphmm.models.base import HDP_ROLE, NAME_KEY
+from numpyro_hdphmm._core.roles import HDP_ROLE, NAME_KEY
 
 __all__ = [
     "DurationFamily",

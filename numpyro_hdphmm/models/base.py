@@ -25,15 +25,10 @@ from __future__ import annotations
 
 from typing import ClassVar, NamedTuple, Tuple
 
+from numpyro_hdphmm._core.roles import HDP_ROLE, MODEL_KEY, NAME_KEY
+
 __all__ = ["HDP_ROLE", "MODEL_KEY", "NAME_KEY", "NOT_ENUMERABLE", "DEFAULT_NUM_STEPS", "SiteRole", "ModelClass",
            "HDP_LAYER_ROLES"]
-
-#: key of ``site["infer"]`` under which every declared site records its role
-HDP_ROLE = "hdphmm_role"
-#: key of ``site["infer"]`` under which every declared site records the name given to ``numpyro_hdphmm.sample``
-NAME_KEY = "hdphmm_name"
-#: key of the observed site's ``infer`` holding the model object (the :class:`ModelClass` instance)
-MODEL_KEY = "hdphmm_model"
 
 #: ``infer["enumerate"]`` of the states site: not a mode of enumeration but the reason there is
 #: none, which NumPyro's gradient-based algorithms (NUTS, HMC, SA, autoguides) print when they
@@ -65,6 +60,13 @@ class SiteRole(NamedTuple):
     suffix: str
     parameter: object = None
     description: str = ""
+
+    @property
+    def key(self) -> str:
+        """The row's key among the model class's further sites (``Explicit.extra``,
+        ``LatentSites.extra``): the role, or ``f"{role}_{parameter}"`` for a row of a parameter
+        (e.g. ``"duration_rate"``)."""
+        return self.role if self.parameter is None else f"{self.role}_{self.parameter}"
 
     def site(self, name: str) -> str:
         """The sample site's name for the model declared as ``name``."""

@@ -75,11 +75,13 @@ import jax.numpy as jnp
 from jax import random
 from numpyro.primitives import Messenger
 
+from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
 from numpyro_hdphmm._core.slots import used_slots
 from numpyro_hdphmm.distributions import GEM, WeakLimitBeta
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit
 from numpyro_hdphmm.infer.moves.global_step import explicit_given_states
+from numpyro_hdphmm.infer.moves.semi_markov import sample_semi_markov_rows, semi_markov_sweep
 from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
@@ -117,12 +119,17 @@ class WeakLimitInfo(NamedTuple):
     """Per-sweep diagnostics: ``overflow`` (every one of the ``L`` states occupied: the
     approximation had no free state left; or a split-merge move's table count overflowed),
     ``ffbs_ok`` (False in the rare sweep where the rescaled FFBS underflowed and the states were
-    kept) and ``split_merge_accept`` (the fraction of the sweep's split-merge moves accepted; NaN
-    without them)."""
+    kept), ``split_merge_accept`` (the fraction of the sweep's split-merge moves accepted; NaN
+    without them) and, for an HDP-HSMM (:mod:`numpyro_hdphmm.infer.moves.semi_markov`),
+    ``duration_accept`` (the fraction of states whose duration parameters moved; NaN for the HMM
+    and for durations the inner kernel updates) and ``at_max_duration`` (a segment lasted
+    ``max_duration`` steps: the truncation may bind; always False for the HMM)."""
 
     overflow: jax.Array
     ffbs_ok: jax.Array
     split_merge_accept: jax.Array
+    duration_accept: jax.Array
+    at_max_duration: jax.Array
 
 
 def _ffbs_rows(emission):
@@ -155,6 +162,7 @@ class WeakLimit(Algorithm):
         self.sharding = SequenceSharding() if sharding is None else sharding
 
     name = "WeakLimitGibbs"
+    model_classes = ("hmm", "hsmm")
     beta_prior = "weak_limit"
     Info = WeakLimitInfo
     describe = {
@@ -162,13 +170,43 @@ class WeakLimit(Algorithm):
         "trans": "Dirichlet rows given the transition counts (Fox et al. eq. 41)",
         "states": "forward filtering, backward sampling over the L states (Fox et al. eqs. 43-48)",
         "params": "conjugate posterior given the states (Fox et al. eq. 42; DP mixtures: Alg. 4)",
+        "hsmm:beta": "Dirichlet given the segment tables and the auxiliary counts s (moves.semi_markov, step 4)",
+        "hsmm:trans": "off-diagonal Dirichlet given the segment transitions, self-transition from its Beta prior",
+        "hsmm:states": "HSMM backward messages and forward sampling of the segments (Johnson & Willsky 2013)",
+        "hsmm:duration": "censored durations completed, conjugate proposal, MH for the max_duration truncation",
+        "hsmm:alpha": "Gamma given the segment tables and the Beta auxiliaries r (moves.semi_markov, step 4)",
+        "hsmm:gamma": "weak-limit auxiliary-variable update given the dish counts m + s (moves.semi_markov)",
     }
 
     def transform_model(self, model):
         return weak_limit(model)
 
+    def resume(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView) -> Explicit:
+        """After the inner kernel: the rows redrawn from their conditional (the HMM's,
+        :meth:`Algorithm.resume`; the HDP-HSMM's from the segment transitions,
+        :func:`~numpyro_hdphmm.infer.moves.semi_markov.sample_semi_markov_rows`)."""
+        if spec.sites.kind != "hsmm":
+            return super().resume(rng_key, state, spec, view)
+        capacity = spec.capacity
+        n, first = crp.transition_counts(state.states, capacity, view.data.lengths)
+        n = n * (1 - jnp.eye(capacity, dtype=n.dtype))
+        trans = sample_semi_markov_rows(rng_key, state.beta, jnp.asarray(view.hyper.alpha, state.beta.dtype), n, first)
+        return state._replace(trans=trans.astype(state.trans.dtype))
+
+    def check(self, spec: ModelSpec) -> None:
+        super().check(spec)
+        if spec.sites.kind == "hsmm" and self.split_merge:
+            raise NotImplementedError(
+                f"{self.name}(split_merge={self.split_merge}): the split-merge moves are written for the HDP-HMM; on the "
+                "HDP-HSMM use split_merge=0 (the default).")
+
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
-        """One sweep (steps 0-3 of the module docstring): ``(Explicit, WeakLimitInfo)``."""
+        """One sweep (steps 0-3 of the module docstring; for an HDP-HSMM the sweep of
+        :mod:`numpyro_hdphmm.infer.moves.semi_markov`): ``(Explicit, WeakLimitInfo)``."""
+        if spec.sites.kind == "hsmm":
+            explicit, info = semi_markov_sweep(rng_key, state, spec, view, self.sharding)
+            return explicit, WeakLimitInfo(info.overflow, info.ffbs_ok, jnp.array(jnp.nan, state.beta.dtype),
+                                           info.duration_accept, info.at_max_duration)
         capacity = spec.capacity
         k_z, k_theta, k_global = random.split(rng_key, 3)
         emission, data = view.emission, view.data
@@ -190,7 +228,8 @@ class WeakLimit(Algorithm):
         explicit = explicit_given_states(k_theta, k_global, spec, view, states, state.beta, state.params,
                                          weak_limit=True, hyper_cycles=1, gamma_cycles=3)
         overflow = jnp.all(used_slots(states, data.lengths, capacity)) | split_overflow
-        return explicit, WeakLimitInfo(overflow, ffbs_ok, split_merge_accept)
+        return explicit, WeakLimitInfo(overflow, ffbs_ok, split_merge_accept, jnp.array(jnp.nan, state.beta.dtype),
+                                       jnp.array(False))
 
 
 class WeakLimitGibbs(HDPKernel):

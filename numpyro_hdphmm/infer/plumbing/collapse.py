@@ -11,7 +11,6 @@ from jax.scipy.special import gammaln
 from numpyro.distributions import constraints
 from numpyro.primitives import Messenger
 
-from numpyro_hdphmm._core import crp
 from numpyro_hdphmm.infer.plumbing.discovery import unwrap
 from numpyro_hdphmm.models.base import HDP_ROLE
 
@@ -20,22 +19,22 @@ __all__ = ["CollapseRows", "StatesInUse", "collapse_rows"]
 
 class _CollapsedChain(dist.Distribution):
     """The states site of the inner kernel's model: the log-probability of the observed states
-    with the transition rows integrated out (:func:`~numpyro_hdphmm._core.crp.log_dirichlet_multinomial`
-    of their counts), put on the first element of the batch (it does not factor over sequences)."""
+    with the transition rows integrated out (the chain's ``collapsed_log_prob``: for a Markov chain
+    the Dirichlet-multinomial of its transition counts, for a semi-Markov chain that of its segment
+    transitions plus the durations), put on the first element of the batch (it does not factor
+    over sequences)."""
 
     support = constraints.nonnegative_integer
 
-    def __init__(self, concentration, lengths, batch_shape, event_shape):
-        self.concentration, self.lengths = concentration, lengths
+    def __init__(self, chain, concentration, batch_shape, event_shape):
+        self.chain, self.concentration = chain, concentration
         super().__init__(batch_shape=batch_shape, event_shape=event_shape)
 
     def sample(self, key, sample_shape=()):
         raise NotImplementedError("the collapsed states site is observed (conditioned) in the inner model")
 
     def log_prob(self, value):
-        capacity = self.concentration.shape[-1] - 1
-        n, first = crp.transition_counts(value, capacity, self.lengths)
-        total = crp.log_dirichlet_multinomial(self.concentration, crp.row_counts(n, first, self.concentration.dtype))
+        total = self.chain.collapsed_log_prob(value, self.concentration)
         if not self.batch_shape:
             return total
         return jnp.zeros(self.batch_shape, total.dtype).at[(0,) * len(self.batch_shape)].set(total)
@@ -69,7 +68,7 @@ class CollapseRows(Messenger):
             msg["fn"] = msg["fn"].mask(False)
         elif role == "states" and self._concentration is not None:
             chain = msg["fn"]  # several sequences without lengths: MarkovChain expanded by the plate
-            msg["fn"] = _CollapsedChain(self._concentration, unwrap(chain).lengths, tuple(chain.batch_shape),
+            msg["fn"] = _CollapsedChain(unwrap(chain), self._concentration, tuple(chain.batch_shape),
                                         tuple(chain.event_shape))
 
 

@@ -61,7 +61,8 @@ class LatentSites(NamedTuple):
     model class, e.g. ``"hmm"``); the shared HDP layer ``beta``, ``trans``; the discrete ``states``;
     the observed ``obs``; ``params``: the emission parameters as ``(parameter name, site name)``
     pairs (empty for custom emissions); ``extra``: the further latent sites of the model class as
-    ``(role, site name)`` pairs (empty for the HMM)."""
+    ``(key, site name)`` pairs, ``key`` the row's :attr:`~numpyro_hdphmm.models.base.SiteRole.key`
+    (empty for the HMM; the HDP-HSMM's duration parameters, e.g. ``("duration_rate", "y_duration_rate")``)."""
 
     name: str
     beta: str
@@ -189,7 +190,8 @@ class ModelView(NamedTuple):
     family (with its current hyperparameters), the data, the priors of the sites with exact
     updates (``priors``; ``dp_concentration_prior``: ``(shape, rate)`` or ``None``;
     ``emission_base_prior``: the ``(C,)`` Dirichlet concentration of the shared emission base, or
-    ``None``; ``emission_scale_prior``: ``(shape, rate)`` of its scale's Gamma prior, or ``None``)."""
+    ``None``; ``emission_scale_prior``: ``(shape, rate)`` of its scale's Gamma prior, or ``None``;
+    ``states_law``: the law of the states site)."""
 
     hyper: Concentrations
     emission: object
@@ -198,6 +200,9 @@ class ModelView(NamedTuple):
     dp_concentration_prior: Optional[Tuple] = None
     emission_base_prior: Optional[jax.Array] = None
     emission_scale_prior: Optional[Tuple] = None
+    #: the law of the states site at the current values (a :class:`~numpyro_hdphmm.MarkovChain` or,
+    #: for the HDP-HSMM, a :class:`~numpyro_hdphmm.SemiMarkovChain` with its duration family)
+    states_law: object = None
 
 
 # ------------------------------------------------------------------------------ tracing
@@ -222,8 +227,7 @@ class _RepresentedStates(Messenger):
             total = jnp.sum(head, -1, keepdims=True)
             return jnp.where(total > 0, head / jnp.where(total > 0, total, 1.0), 1.0 / k)
 
-        new = type(chain)(represented(chain.initial_probs), represented(chain.transition_matrix), chain.num_steps,
-                          lengths=chain.lengths)
+        new = chain.restricted(represented(chain.initial_probs), represented(chain.transition_matrix))
         msg["fn"] = new.expand(fn.batch_shape) if tuple(fn.batch_shape) != tuple(new.batch_shape) else new
 
 
@@ -338,6 +342,12 @@ def _find_sites(trace, kernel: str) -> Tuple[LatentSites, bool, object]:
         for site_name in site_names:
             if role != "obs" and trace[site_name]["is_observed"]:
                 raise NotImplementedError(_observed_site_message(kernel, name, site_name, role))
+    for r in declared:
+        if r.role not in HDP_LAYER_ROLES and r.role != "emission" and r.site(name) not in roles[(name, r.role)]:
+            raise NotImplementedError(
+                f"{kernel}: the model '{name}' has no '{r.site(name)}' sample site: `numpyro.handlers.block` hid it, or "
+                "`numpyro.handlers.reparam` made it a deterministic site. The kernels update every site "
+                "numpyro_hdphmm.sample declares; apply block/reparam to the other sites of the model only.")
     fn = trace[obs]["fn"]
     emission = fn.emission
     params = tuple((r.parameter, r.site(name)) for r in declared if r.role == "emission")
@@ -358,8 +368,7 @@ def _find_sites(trace, kernel: str) -> Tuple[LatentSites, bool, object]:
         obs=obs,
         params=params,
         kind=getattr(model, "kind", "hmm"),
-        extra=tuple((r.role, roles[(name, r.role)][0]) for r in declared
-                    if r.role not in HDP_LAYER_ROLES and r.role != "emission"),
+        extra=tuple((r.key, r.site(name)) for r in declared if r.role not in HDP_LAYER_ROLES and r.role != "emission"),
     )
     return sites, len(fn.batch_shape) == 2, emission
 
@@ -765,9 +774,15 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
     rows = []
     role_of = sites.role_of()
     exact_role = {site: role for role, site in hyper._asdict().items() if site is not None}
+    # what the algorithm says about a role: for this model class (``"{kind}:{role}"``) first; a row of a
+    # parameter (``"duration_rate"``) by its role (``"duration"``)
+    said = lambda r: next((describe[k] for k in (f"{sites.kind}:{r}", r, f"{sites.kind}:{r.partition('_')[0]}",
+                                                 r.partition("_")[0]) if k in describe), None)
     for s in latent:
         if s in role_of:
-            rows.append(SiteUpdate(s, "algorithm", describe.get(role_of[s], role_of[s])))
+            rows.append(SiteUpdate(s, "algorithm", said(role_of[s]) or role_of[s]))
+        elif s in exact_role and said(exact_role[s]) is not None:
+            rows.append(SiteUpdate(s, "exact", f"{_describe_prior(trace[s]['fn'])} prior; {said(exact_role[s])}"))
         elif s in exact_role and hyperparameters == "collapsed" and exact_role[s] in _COLLAPSED_ROLES:
             why = f"{_describe_prior(trace[s]['fn'])} prior; {_collapsed_reason(exact_role[s], hyper)}"
             rows.append(SiteUpdate(s, "collapsed", why))
@@ -827,4 +842,5 @@ def model_view(model, spec: ModelSpec, model_args, model_kwargs, values) -> Mode
         emission_base_prior=(None if hyper_sites.emission_base is None
                              else unwrap(tr[hyper_sites.emission_base]["fn"]).concentration),
         emission_scale_prior=prior(hyper_sites.emission_scale),
+        states_law=unwrap(tr[sites.states]["fn"]),
     )

@@ -54,6 +54,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.clustering import hmm_bic, kmeans, merge_mixture, window_sum
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
+from numpyro_hdphmm.infer.moves.semi_markov import sample_hdp_layer, sample_semi_markov_rows
 
 __all__ = ["DATA", "PRIOR", "DataInit", "init_to_data", "resolve_init_strategy", "cluster_states", "labelling_score",
            "states_given", "strategy_values", "given_values"]
@@ -288,7 +289,20 @@ def states_given(rng_key, spec, view, start, *, given_params: bool = False, give
         params = {k: jnp.asarray(v, start.params[k].dtype) for k, v in params.items()}
         start = start._replace(hyper={**start.hyper, **{k: jnp.asarray(v, start.hyper[k].dtype) for k, v in shared.items()}})
     beta, trans = start.beta, start.trans
-    if not (given_beta and given_trans):
+    if spec.sites.kind == "hsmm" and not (given_beta and given_trans):
+        # the HDP-HSMM's layer given the segment transitions, the concentrations held fixed (the
+        # duration parameters keep their starting values: a clustered start may hold segments beyond
+        # max_duration, which the first sweep's segmentation removes)
+        drawn_beta, drawn_trans, _, _ = sample_hdp_layer(k_global, states, data.lengths, start.beta, view.hyper,
+                                                         crp.HyperPriors())
+        beta = beta if given_beta else drawn_beta.astype(start.beta.dtype)
+        if not given_trans:
+            if given_beta:
+                n, first = crp.transition_counts(states, capacity, data.lengths)
+                drawn_trans = sample_semi_markov_rows(k_global, beta, view.hyper.alpha,
+                                                      n * (1 - jnp.eye(capacity, dtype=n.dtype)), first)
+            trans = drawn_trans.astype(start.trans.dtype)
+    elif not (given_beta and given_trans):
         draw = crp.sample_global(k_global, states, data.lengths, start.beta, view.hyper, crp.HyperPriors(),
                                  weak_limit=spec.beta_prior == "weak_limit")
         beta = beta if given_beta else draw.beta.astype(start.beta.dtype)

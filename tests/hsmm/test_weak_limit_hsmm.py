@@ -1,0 +1,161 @@
+"""WeakLimitGibbs on the HDP-HSMM: exact enumeration of the posterior over segmentations (T = 6,
+L = 3, Poisson durations truncated at max_duration, right-censoring on and off), its negative
+control (the censored last segment scored as complete), and Geweke's joint-distribution test with
+duration, emission and hyperparameter sites."""
+
+import itertools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from scipy.special import gammaln, logsumexp
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm._core import hsmm
+from numpyro_hdphmm.infer.moves import semi_markov
+
+from tests.infer._checks import _simplex_rule, empirical_tv, final_states, geweke_z_scores, partition_key, tv_bound
+
+Y = np.array([0, 0, 1, 1, 1, 0])
+GAMMA, ALPHA, CONC, RATE, MAX_D = 1.5, 2.0, 2.0, 1.0, 4
+
+
+def _model(right_censoring):
+    def model(y):
+        hsmm_model = nh.HDPHSMM(GAMMA, ALPHA, nh.durations.Poisson(CONC, RATE), nh.emissions.Categorical(2, 1.0),
+                                max_states=3, max_duration=MAX_D, right_censoring=right_censoring)
+        nh.sample("y", hsmm_model, obs=y)
+
+    return model
+
+
+def exact_hsmm_posterior(y, right_censored, num_states=3, num_categories=2, emission_conc=1.0):
+    """Exact posterior over the partitions of the steps under the weak-limit HDP-HSMM: the rows
+    integrated out (the start row's and each row's off-diagonal Dirichlet-multinomial), ``beta ~
+    Dir(gamma/L)`` by quadrature, the emission probabilities integrated out (Dirichlet-categorical)
+    and each state's Poisson rate by quadrature on a grid (the truncated durations' likelihood is
+    not conjugate)."""
+    L = num_states
+    nodes, weights = _simplex_rule(L)
+    log_prior_beta = gammaln(GAMMA) - L * gammaln(GAMMA / L) + np.sum((GAMMA / L - 1) * np.log(nodes), -1)
+    lam = np.linspace(1e-4, 30.0, 6001)
+    log_prior_lam = CONC * np.log(RATE) - gammaln(CONC) + (CONC - 1) * np.log(lam) - RATE * lam
+    d = np.arange(1, MAX_D + 1)
+    log_pmf = (d[:, None] - 1) * np.log(lam)[None] - lam[None] - gammaln(d)[:, None]  # (D, grid)
+    log_dur = log_pmf - logsumexp(log_pmf, 0)
+    log_surv = np.logaddexp.accumulate(log_dur[::-1], 0)[::-1]
+    dlam = lam[1] - lam[0]
+    post = {}
+    t = len(y)
+    for z in itertools.product(range(L), repeat=t):
+        z = np.array(z)
+        counts_y = np.zeros((L, num_categories))
+        np.add.at(counts_y, (z, y), 1)
+        log_py = np.sum(gammaln(num_categories * emission_conc) - gammaln(num_categories * emission_conc
+                                                                          + counts_y.sum(-1))
+                        + np.sum(gammaln(emission_conc + counts_y) - gammaln(emission_conc), -1))
+        ends, dur = (np.asarray(a) for a in hsmm.segments(jnp.asarray(z)))
+        if np.any(dur > MAX_D):
+            continue
+        log_pd = 0.0
+        for k in range(L):
+            terms = np.zeros_like(lam)
+            for step in np.flatnonzero(ends & (z == k)):
+                table = log_surv if (right_censored and step == t - 1) else log_dur
+                terms = terms + table[dur[step] - 1]
+            if np.any(ends & (z == k)):
+                log_pd += logsumexp(terms + log_prior_lam) + np.log(dlam)
+        n = np.zeros((L, L))
+        starts = np.flatnonzero(np.r_[False, z[1:] != z[:-1]])
+        for s in starts:
+            n[z[s - 1], z[s]] += 1
+        first = np.zeros(L)
+        first[z[0]] = 1
+        conc = ALPHA * nodes  # (Q, L)
+        log_rows = (gammaln(conc.sum(-1)) - gammaln(conc.sum(-1) + 1) + gammaln(conc[:, z[0]] + 1)
+                    - gammaln(conc[:, z[0]]))
+        for j in range(L):
+            if n[j].sum() == 0:
+                continue
+            off = np.delete(conc, j, axis=1)
+            cnt = np.delete(n[j], j)
+            log_rows = log_rows + (gammaln(off.sum(-1)) - gammaln(off.sum(-1) + cnt.sum())
+                                   + np.sum(gammaln(off + cnt) - gammaln(off), -1))
+        log_joint = np.log(np.sum(weights * np.exp(log_rows + log_prior_beta))) + log_py + log_pd
+        key = partition_key(z)
+        post[key] = np.logaddexp(post.get(key, -np.inf), log_joint)
+    keys = list(post)
+    logs = np.array([post[k] for k in keys])
+    return dict(zip(keys, np.exp(logs - logsumexp(logs))))
+
+
+NUM_CHAINS, NUM_WARMUP = 3000, 40
+
+
+def _tv(right_censored, kernel):
+    exact = exact_hsmm_posterior(Y, right_censored)
+    draws = final_states(kernel, (Y,), NUM_CHAINS, NUM_WARMUP)
+    return empirical_tv(exact, draws), tv_bound(exact.values(), NUM_CHAINS)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("right_censored", [True, False])
+def test_exact_enumeration(right_censored):
+    tv, bound = _tv(right_censored, nh.infer.WeakLimitGibbs(_model(right_censored)))
+    print(f"HSMM enumeration (right_censored={right_censored}): TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
+def test_negative_control_censored_segment_scored_as_complete(monkeypatch):
+    """The sampler's segmentation step scores the censored last segment as complete (``P(d)``
+    instead of ``P(D >= d)``): the enumeration test above rejects it."""
+    original = semi_markov._ffbs_rows
+    monkeypatch.setattr(semi_markov, "_ffbs_rows", lambda emission, right_censored: original(emission, False))
+    tv, bound = _tv(True, nh.infer.WeakLimitGibbs(_model(True)))
+    print(f"HSMM enumeration, broken censoring: TV {tv:.4f}, bound {bound:.4f}")
+    assert tv > bound
+
+
+def geweke_model(y=None, num_steps=None):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
+    model = nh.HDPHSMM(gamma, alpha, nh.durations.Poisson(2.0, 1.0), nh.emissions.Categorical(3, 1.0), max_states=3,
+                       max_duration=5, num_steps=num_steps)
+    nh.sample("y", model, obs=y)
+
+
+def _num_segments(z):
+    s = z["y_states"]
+    return 1 + jnp.sum(s[1:] != s[:-1])
+
+
+STATISTICS = {
+    "gamma": lambda z: z["gamma"],
+    "alpha": lambda z: z["alpha"],
+    "beta0": lambda z: z["y_beta"][0],
+    "pi01": lambda z: z["y_trans"][0, 1],
+    "pi00": lambda z: z["y_trans"][0, 0],
+    "rate0": lambda z: z["y_duration_rate"][0],
+    "probs00": lambda z: z["y_probs"][0, 0],
+    "first_state": lambda z: z["y_states"][0],
+    "segments": _num_segments,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_geweke():
+    kernel = nh.infer.WeakLimitGibbs(geweke_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), STATISTICS, num_steps=8, num_iterations=6000,
+                            num_prior=6000)
+    print("HSMM Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < 4.0, z

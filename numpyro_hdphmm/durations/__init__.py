@@ -9,6 +9,9 @@ family                 law of a duration ``d in {1, 2, ...}``          parameter
                        on ``r``, Beta prior on ``p``
 =====================  ==============================================  =====================
 
+``Custom(fn, num_states)``: any discrete NumPyro distribution over the duration itself, ``fn: k ->
+Distribution`` built from the user's own sites (updated by the kernels' inner NUTS kernel).
+
 Every family is the untruncated law; the HSMM models truncate it to ``{1, ..., max_duration}``
 and renormalize (:mod:`numpyro_hdphmm.durations.base`).  The model declares the site
 ``f"{name}_duration_{p}"`` for each parameter ``p``.
@@ -18,6 +21,7 @@ from numpyro_hdphmm.durations.base import DurationFamily, DurationStatistics, du
 from numpyro_hdphmm.durations.geometric import Geometric
 from numpyro_hdphmm.durations.poisson import Poisson
 from numpyro_hdphmm.durations.negative_binomial import FiniteDiscrete, NegativeBinomial
+from numpyro_hdphmm.durations.custom import Custom
 
 __all__ = [
     "DurationFamily",
@@ -28,4 +32,5 @@ __all__ = [
     "Poisson",
     "NegativeBinomial",
     "FiniteDiscrete",
+    "Custom",
 ]

@@ -506,3 +506,65 @@ def test_negative_binomial_gamma_r_slice_negative_control():
     broken = _NoJacobianNegativeBinomial.gamma_r(*R_PRIOR, *NB_CONC)
     assert type(broken) is _NoJacobianNegativeBinomial
     assert slice_chain_z(broken)[0] > Z_BOUND  # state 0's r: the slice move (state 1's prior draw is broken too)
+
+
+# ---------------------------------------------------------------------------------------- custom
+from numpyro_hdphmm.durations import Custom  # noqa: E402
+
+
+def test_custom_log_pmf_from_user_poisson():
+    rate = jnp.array([0.5, 3.0, 40.0])
+    fam = Custom(lambda k: dist.Poisson(rate[k]), 3)
+    d = jnp.array([[-1, 0, 1], [2, 10, 100]])
+    got = np.asarray(fam.log_pmf({}, d))
+    want = stats.poisson.logpmf(np.asarray(d)[..., None], np.asarray(rate))  # the law of d itself (no shift)
+    assert got.shape == (2, 3, 3)
+    assert np.all(got[0, :2] == -np.inf)
+    np.testing.assert_allclose(got[0, 2:], want[0, 2:], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    np.testing.assert_allclose(fam.mean({}), rate)
+    assert fam.param_names == () and not fam.owns_parameters and not fam.conjugate
+    assert fam.sample_sites("y", 3) == {} and fam.sample_parameters(jax.random.PRNGKey(0), (3,)) == {}
+
+
+def test_custom_gradient_and_sites_in_a_model():
+    """Built from a user site inside a model: no duration sites of its own, and the log pmf is
+    differentiable in the user's parameter (what the inner NUTS needs)."""
+    def model():
+        rate = numpyro.sample("rate", dist.Gamma(2.0, 0.2).expand([3]).to_event(1))
+        fam = Custom(lambda k: dist.Poisson(rate[k]), 3)
+        assert fam.sample_sites("y", 3) == {}
+        numpyro.factor("durations", jnp.sum(fam.log_pmf({}, jnp.array([2, 5, 9]))))
+
+    tr = numpyro.handlers.trace(numpyro.handlers.seed(model, 0)).get_trace()
+    assert [n for n, s in tr.items() if s["type"] == "sample"] == ["rate", "durations"]
+
+    def total(rate):
+        return jnp.sum(Custom(lambda k: dist.Poisson(rate[k]), 3).log_pmf({}, jnp.array([2, 5, 9])))
+
+    g = jax.grad(total)(jnp.array([1.0, 4.0, 8.0]))
+    np.testing.assert_allclose(g, np.array([2 + 5 + 9]) / np.array([1.0, 4.0, 8.0]) - 3.0)
+
+
+def test_custom_pytree_and_refusals():
+    fam = Custom(lambda k: dist.Poisson(jnp.array([1.0, 2.0])[k]), 2)
+    leaves, tree = jax.tree_util.tree_flatten(fam)
+    again = jax.tree_util.tree_unflatten(tree, leaves)
+    assert again.fn is None and again.num_states == 2 and repr(again) == "Custom(Poisson, num_states=2)"
+    out = jax.jit(lambda f: f.log_pmf({}, jnp.array([1, 2])))(fam)
+    assert out.shape == (2, 2)
+    with pytest.raises(NotImplementedError, match="user's own sample sites"):
+        fam.sample_posterior(jax.random.PRNGKey(0), {}, jnp.array([2]), jnp.array([0]), jnp.ones(1), 2)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (3.0, "callable"),
+    (dist.Poisson(1.0), "callable"),
+    (lambda k: k, "numpyro Distribution"),
+    (lambda k: dist.Poisson(1.0), "batch shape"),
+    (lambda k: dist.Normal(jnp.zeros(3)[k], 1.0), "discrete"),
+    (lambda k: dist.Poisson(jnp.ones((3, 2))[k]).to_event(1), "event shape"),
+])
+def test_custom_validation(fn, match):
+    with pytest.raises(ValueError, match=match):
+        Custom(fn, 3)

@@ -43,12 +43,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.scipy.special import betaln, gammaln, xlogy
+from jax.scipy.special import betaln, gammaln
 from numpyro.distributions import constraints
 
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slice_sampling import slice_sample
 from numpyro_hdphmm._core.validation import as_parameter, is_concrete
+from numpyro_hdphmm.durations._numerics import negative_binomial_log_pmf
 from numpyro_hdphmm.durations.base import (
     DurationFamily,
     as_hyperparameter,
@@ -266,13 +267,17 @@ class NegativeBinomial(DurationFamily):
 
     # ------------------------------------------------------------------ law
     def log_pmf(self, params, durations):
-        """``log Gamma(x + r) - log Gamma(r) - log x! + x log p + r log(1 - p)``, ``x = d - 1``
-        (``gammaln``, ``xlogy``, ``log1p``): ``S + (K,)``, ``-inf`` for ``d < 1``."""
+        """``log Gamma(x + r) - log Gamma(r) - log x! + x log p + r log(1 - p)``, ``x = d - 1``:
+        ``S + (K,)``, ``-inf`` for ``d < 1``.
+
+        Evaluated in Loader's saddle-point form
+        (:func:`~numpyro_hdphmm.durations._numerics.negative_binomial_log_pmf`), accurate in float32
+        for durations up to ``10^5`` and beyond and for extreme ``r`` and ``p``."""
         p = params["p"]
         r = jnp.asarray(params["r"]).astype(p.dtype)
         bad, d = below_support(durations)
         x = (d.astype(p.dtype) - 1.0)[..., None]
-        lp = gammaln(x + r) - gammaln(r) - gammaln(x + 1.0) + xlogy(x, p) + r * jnp.log1p(-p)
+        lp = negative_binomial_log_pmf(x, r, p)
         return jnp.where(bad[..., None], -jnp.inf, lp)
 
     def mean(self, params):

@@ -5,7 +5,12 @@ family                 law of a duration ``d in {1, 2, ...}``          parameter
 =====================  ==============================================  =====================
 ``Geometric``          ``(1 - stay) stay^(d-1)``, Beta prior           ``stay``
 ``Poisson``            ``d - 1 ~ Poisson(rate)``, Gamma prior          ``rate``
+``NegativeBinomial``   ``d - 1 ~ NB(r, p)``, finite or Gamma prior      ``r``, ``p``
+                       on ``r``, Beta prior on ``p``
 =====================  ==============================================  =====================
+
+``Custom(fn, num_states)``: any discrete NumPyro distribution over the duration itself, ``fn: k ->
+Distribution`` built from the user's own sites (updated by the kernels' inner NUTS kernel).
 
 Every family is the untruncated law; the HSMM models truncate it to ``{1, ..., max_duration}``
 and renormalize (:mod:`numpyro_hdphmm.durations.base`).  The model declares the site
@@ -15,6 +20,8 @@ and renormalize (:mod:`numpyro_hdphmm.durations.base`).  The model declares the 
 from numpyro_hdphmm.durations.base import DurationFamily, DurationStatistics, duration_site, duration_statistics
 from numpyro_hdphmm.durations.geometric import Geometric
 from numpyro_hdphmm.durations.poisson import Poisson
+from numpyro_hdphmm.durations.negative_binomial import FiniteDiscrete, NegativeBinomial
+from numpyro_hdphmm.durations.custom import Custom
 
 __all__ = [
     "DurationFamily",
@@ -23,4 +30,7 @@ __all__ = [
     "duration_statistics",
     "Geometric",
     "Poisson",
+    "NegativeBinomial",
+    "FiniteDiscrete",
+    "Custom",
 ]

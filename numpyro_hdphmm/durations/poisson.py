@@ -20,9 +20,9 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
-from jax.scipy.special import gammaln, xlogy
 
 from numpyro_hdphmm._core import random as draws
+from numpyro_hdphmm.durations._numerics import poisson_log_pmf
 from numpyro_hdphmm.durations.base import (
     DurationFamily,
     as_hyperparameter,
@@ -84,13 +84,16 @@ class Poisson(DurationFamily):
         return {"rate": positive_gamma(rng_key, jnp.broadcast_to(self.concentration, shape), self.rate)}
 
     def log_pmf(self, params, durations):
-        """``(d - 1) log rate_k - rate_k - log (d - 1)!`` (``xlogy``, ``gammaln``): ``S + (K,)``,
-        ``-inf`` for ``d < 1``.  Rates are floored at ``finfo.tiny`` inside the log (an underflowed
-        draw gives a finite value; ``0 log 0 = 0`` at ``d = 1``)."""
+        """``(d - 1) log rate_k - rate_k - log (d - 1)!``: ``S + (K,)``, ``-inf`` for ``d < 1``.
+
+        Evaluated in Loader's saddle-point form (:func:`~numpyro_hdphmm.durations._numerics.poisson_log_pmf`),
+        whose terms are of the size of the result, so that it stays accurate in float32 for
+        durations up to ``10^5`` and beyond (the textbook form cancels terms of size ``d log d``).
+        Rates are floored at ``finfo.tiny`` (an underflowed draw gives a finite value)."""
         lam = params["rate"]
         bad, d = below_support(durations)
-        k = (d.astype(lam.dtype) - 1.0)[..., None]
-        lp = xlogy(k, jnp.maximum(lam, jnp.finfo(lam.dtype).tiny)) - lam - gammaln(k + 1.0)
+        x = (d.astype(lam.dtype) - 1.0)[..., None]
+        lp = poisson_log_pmf(x, jnp.maximum(lam, jnp.finfo(lam.dtype).tiny))
         return jnp.where(bad[..., None], -jnp.inf, lp)
 
     def mean(self, params):

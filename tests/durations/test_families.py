@@ -14,7 +14,7 @@ import pytest
 from scipy import special, stats
 
 import numpyro_hdphmm as nh
-from numpyro_hdphmm.durations import Geometric, Poisson
+from numpyro_hdphmm.durations import FiniteDiscrete, Geometric, NegativeBinomial, Poisson
 from numpyro_hdphmm.durations.base import duration_statistics
 
 GRID = np.array([1, 2, 3, 7, 50, 1000, 100_000])
@@ -29,29 +29,23 @@ def scipy_log_pmf(family, params, d):
         return stats.geom.logpmf(d, 1.0 - np.asarray(params["stay"], float)[None])
     if isinstance(family, Poisson):
         return stats.poisson.logpmf(d - 1.0, np.asarray(params["rate"], float)[None])
-    raise TypeError(family)
-
-
-def term_magnitude(family, params, d):
-    """The size of the largest term of the log pmf's formula (sets its float32 rounding error)."""
-    d = np.asarray(d, float)[:, None]
-    if isinstance(family, Geometric):
-        stay = np.asarray(params["stay"], float)[None]
-        return np.abs(np.log1p(-stay)) + (d - 1.0) * np.abs(np.log(stay))
-    if isinstance(family, Poisson):
-        lam = np.asarray(params["rate"], float)[None]
-        return (d - 1.0) * np.abs(np.log(lam)) + lam + special.gammaln(d)
+    if isinstance(family, NegativeBinomial):
+        # scipy's nbinom(n, q) counts failures before the n-th success (probability q): n = r, q = 1 - p
+        r, p = (np.asarray(params[k], float)[None] for k in ("r", "p"))
+        return stats.nbinom.logpmf(d - 1.0, r, 1.0 - p)
     raise TypeError(family)
 
 
 LAW_CASES = [
     (Geometric(1.0, 2.0), {"stay": np.array([1e-6, 0.3, 0.5, 0.99, 1.0 - 1e-6])}),
     (Poisson(2.0, 0.2), {"rate": np.array([1e-8, 0.5, 3.0, 1e3, 1e5])}),
+    (NegativeBinomial(), {"r": np.array([1, 2, 3, 10, 50]), "p": np.array([1e-6, 0.3, 0.5, 0.99, 1.0 - 1e-6])}),
+    (NegativeBinomial.gamma_r(), {"r": np.array([1e-3, 0.7, 3.5, 40.0, 1e3]), "p": np.array([0.2, 1e-6, 0.9, 0.5, 0.999])}),
 ]
 
 
 def _ids(cases):
-    return [type(c[0]).__name__ for c in cases]
+    return [type(c[0]).__name__ + ("-gamma-r" if getattr(c[0], "integer_r", True) is False else "") for c in cases]
 
 
 @pytest.mark.parametrize("family, params", LAW_CASES, ids=_ids(LAW_CASES))
@@ -63,21 +57,48 @@ def test_log_pmf_matches_scipy(family, params):
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-9)
 
 
+F32_RTOL = 2e-6  # a few float32 ulps of the result (+1 nat of slack near 0)
+
+
+def float32_log_pmf_error(log_pmf, family, params):
+    """``max |got - want| / (|want| + 1)`` of ``log_pmf(params, GRID)`` in float32 against the float64
+    reference at the float32-rounded parameters; asserts finiteness."""
+    p = {k: jnp.asarray(np.asarray(v, np.int32 if np.issubdtype(np.asarray(v).dtype, np.integer) else np.float32))
+         for k, v in params.items()}
+    with jax.enable_x64(False):
+        got = np.asarray(log_pmf(p, jnp.asarray(GRID, jnp.int32)))
+    assert got.dtype == np.float32
+    assert np.all(np.isfinite(got))
+    want = scipy_log_pmf(family, {k: np.asarray(v, float) for k, v in p.items()}, GRID)
+    return float(np.max(np.abs(got - want) / (np.abs(want) + 1.0)))
+
+
 @pytest.mark.robustness
 @pytest.mark.parametrize("family, params", LAW_CASES, ids=_ids(LAW_CASES))
 def test_log_pmf_float32(family, params):
-    """float32: finite for d up to 1e5 and extreme parameters, and within float32 rounding of the
-    float64 reference: the error bound is a few ulps of the largest term of the formula (the terms
-    cancel; their size, not the result's, sets the rounding error)."""
-    p = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
-    with jax.enable_x64(False):
-        got = np.asarray(family.log_pmf(p, jnp.asarray(GRID, jnp.int32)))
-    assert got.dtype == np.float32
-    assert np.all(np.isfinite(got))
-    p32 = {k: np.asarray(np.asarray(v, np.float32), float) for k, v in params.items()}  # the rounded inputs
-    want = scipy_log_pmf(family, p32, GRID)
-    magnitude = term_magnitude(family, p32, GRID)
-    assert np.all(np.abs(got - want) <= 2e-6 * magnitude + 1e-5)
+    """float32: finite for d up to 1e5 and extreme parameters, and within a few ulps of the result
+    (Loader's saddle-point form; the textbook ``gammaln`` form is ~0.1 nat off at d = 1e5)."""
+    assert float32_log_pmf_error(family.log_pmf, family, params) < F32_RTOL
+
+
+def _textbook_log_pmf(family):
+    """The ``gammaln``/``xlogy`` formulas, whose terms of size ``d log d`` cancel."""
+    def log_pmf(params, durations):
+        x = jnp.asarray(durations).astype(jnp.float32)[..., None] - 1.0
+        if isinstance(family, Poisson):
+            lam = params["rate"]
+            return jax.scipy.special.xlogy(x, lam) - lam - jax.scipy.special.gammaln(x + 1.0)
+        r, p = params["r"].astype(jnp.float32), params["p"]
+        return (jax.scipy.special.gammaln(x + r) - jax.scipy.special.gammaln(r) - jax.scipy.special.gammaln(x + 1.0)
+                + jax.scipy.special.xlogy(x, p) + r * jnp.log1p(-p))
+    return log_pmf
+
+
+@pytest.mark.slow
+@pytest.mark.negative_control
+@pytest.mark.parametrize("family, params", LAW_CASES[1:], ids=_ids(LAW_CASES[1:]))
+def test_log_pmf_float32_negative_control(family, params):
+    assert float32_log_pmf_error(_textbook_log_pmf(family), family, params) > F32_RTOL
 
 
 @pytest.mark.parametrize("family, params", LAW_CASES, ids=_ids(LAW_CASES))
@@ -93,7 +114,8 @@ def test_log_pmf_shape_and_support(family, params):
 @pytest.mark.parametrize("family, params", [
     (Geometric(1.0, 2.0), {"stay": np.array([0.01, 0.5, 0.95])}),
     (Poisson(2.0, 0.2), {"rate": np.array([0.01, 2.0, 40.0])}),
-], ids=["Geometric", "Poisson"])
+    (NegativeBinomial(), {"r": np.array([1, 4, 10]), "p": np.array([0.01, 0.5, 0.9])}),
+], ids=["Geometric", "Poisson", "NegativeBinomial"])
 def test_pmf_sums_to_one(family, params):
     p = {k: jnp.asarray(v) for k, v in params.items()}
     total = np.exp(np.asarray(family.log_pmf(p, jnp.arange(1, 2001)))).sum(0)
@@ -103,13 +125,15 @@ def test_pmf_sums_to_one(family, params):
 @pytest.mark.parametrize("family, params", LAW_CASES, ids=_ids(LAW_CASES))
 def test_log_pmf_gradient_finite(family, params):
     p = {k: jnp.asarray(v) for k, v in params.items()}
-    g = jax.grad(lambda q: jnp.sum(family.log_pmf(q, jnp.asarray(GRID))))(p)
+    real = {k: v for k, v in p.items() if jnp.issubdtype(v.dtype, jnp.floating)}  # integer r: no gradient
+    g = jax.grad(lambda q: jnp.sum(family.log_pmf({**p, **q}, jnp.asarray(GRID))))(real)
     assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(g))
 
 
 def test_mean():
     np.testing.assert_allclose(Geometric().mean({"stay": jnp.array([0.0, 0.5, 0.9])}), [1.0, 2.0, 10.0])
     np.testing.assert_allclose(Poisson().mean({"rate": jnp.array([0.0, 2.5])}), [1.0, 3.5])
+    np.testing.assert_allclose(NegativeBinomial().mean({"r": jnp.array([1, 4]), "p": jnp.array([0.5, 0.2])}), [2.0, 2.0])
 
 
 # ---------------------------------------------------------------------------------------- posterior
@@ -131,6 +155,10 @@ def conjugate_moments(family, durations=DURATIONS, states=STATES, weights=WEIGHT
     if isinstance(family, Poisson):
         a, b = float(family.concentration) + s, float(family.rate) + n
         return a / b, a / b**2
+    if isinstance(family, NegativeBinomial):  # p | r with a one-point prior on r
+        (r,) = family.r_values
+        a, b = float(family.concentration1) + s, float(family.concentration0) + n * r
+        return a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
     raise TypeError(family)
 
 
@@ -158,11 +186,12 @@ Z_BOUND = 4.5  # per-check false-alarm rate ~ 8 moments x 7e-6
 CONJUGATE = [
     (Geometric(1.5, 2.0), {"stay": jnp.full(K, 0.5)}, "stay"),
     (Poisson(2.0, 0.5), {"rate": jnp.full(K, 1.0)}, "rate"),
+    (NegativeBinomial(1.5, 3.0, r_values=(3,)), {"r": jnp.full(K, 3), "p": jnp.full(K, 0.5)}, "p"),
 ]
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("family, params, p", CONJUGATE, ids=["Geometric", "Poisson"])
+@pytest.mark.parametrize("family, params, p", CONJUGATE, ids=["Geometric", "Poisson", "NegativeBinomial-p"])
 def test_conjugate_posterior_moments(family, params, p):
     """Masked entries ignored (state 2 holds only weight-0 entries with durations 500, 700) and a
     state without durations (3) draws from the prior: both compared with the prior's moments."""
@@ -216,7 +245,11 @@ def test_duration_statistics():
 
 
 # ---------------------------------------------------------------------------------------- sites
-@pytest.mark.parametrize("family", [Geometric(), Poisson()], ids=["Geometric", "Poisson"])
+FAMILIES = [Geometric(), Poisson(), NegativeBinomial(), NegativeBinomial.gamma_r()]
+FAMILY_IDS = ["Geometric", "Poisson", "NegativeBinomial", "NegativeBinomial-gamma-r"]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
 def test_sample_sites(family):
     def model():
         return family.sample_sites("y", 5)
@@ -232,16 +265,18 @@ def test_sample_sites(family):
         assert np.isfinite(site["fn"].log_prob(site["value"]))
 
 
-@pytest.mark.parametrize("family", [Geometric(1.0, [2.0, 3.0, 4.0]), Poisson([1.0, 2.0, 3.0], 0.5)],
-                         ids=["Geometric", "Poisson"])
+@pytest.mark.parametrize("family", [Geometric(1.0, [2.0, 3.0, 4.0]), Poisson([1.0, 2.0, 3.0], 0.5),
+                                    NegativeBinomial([1.0, 2.0, 3.0]), NegativeBinomial.gamma_r(1.0, [1.0, 2.0, 3.0])],
+                         ids=FAMILY_IDS)
 def test_per_state_hyperparameters(family):
     p = family.sample_parameters(jax.random.PRNGKey(0), (3,))
     assert all(v.shape == (3,) for v in p.values())
-    post = family.sample_posterior(jax.random.PRNGKey(1), p, jnp.array([2, 3]), jnp.array([0, 2]), jnp.ones(2), 3)
+    post = jax.jit(family.sample_posterior, static_argnums=5)(jax.random.PRNGKey(1), p, jnp.array([2, 3]),
+                                                              jnp.array([0, 2]), jnp.ones(2), 3)
     assert all(v.shape == (3,) for v in post.values())
 
 
-@pytest.mark.parametrize("family", [Geometric(), Poisson()], ids=["Geometric", "Poisson"])
+@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
 def test_pytree_roundtrip(family):
     leaves, tree = jax.tree_util.tree_flatten(family)
     again = jax.tree_util.tree_unflatten(tree, leaves)
@@ -270,6 +305,15 @@ def test_weakly_informative_mean():
     (lambda: Poisson.weakly_informative(1.0), "mean_duration"),
     (lambda: Geometric.weakly_informative("x"), "mean_duration"),
     (lambda: Geometric.weakly_informative(5.0, concentration0=1.0), "concentration0"),
+    (lambda: NegativeBinomial(r_values=(0, 1)), "r_values"),
+    (lambda: NegativeBinomial(r_values=(1, 1)), "r_values"),
+    (lambda: NegativeBinomial(r_values=(1.5,)), "r_values"),
+    (lambda: NegativeBinomial(r_values=()), "r_values"),
+    (lambda: NegativeBinomial(r_values=(1, 2), r_probs=(0.5, 0.6)), "r_probs"),
+    (lambda: NegativeBinomial(r_values=(1, 2), r_probs=(1.0,)), "r_probs"),
+    (lambda: NegativeBinomial(concentration1=0.0), "concentration1"),
+    (lambda: NegativeBinomial.gamma_r(r_rate=-1.0), "r_rate"),
+    (lambda: NegativeBinomial.weakly_informative(0.5), "mean_duration"),
 ])
 def test_validation(call, arg):
     with pytest.raises(ValueError, match=f"`{arg}`"):
@@ -283,3 +327,255 @@ def test_unknown_override():
 
 def test_exposed_as_nh_durations():
     assert nh.durations.Poisson is Poisson and "durations" in nh.__all__
+
+
+# ---------------------------------------------------------------------------------------- negative binomial: r
+def test_weakly_informative_mean_negative_binomial():
+    nb = NegativeBinomial.weakly_informative(12.0)
+    assert nb.integer_r and nb.r_values == tuple(range(1, 11))
+    mean_r = 5.5
+    assert 1.0 + mean_r * float(nb.concentration1) / (float(nb.concentration0) - 1.0) == pytest.approx(12.0)
+    g = NegativeBinomial.weakly_informative(12.0, r_concentration=3.0, r_rate=0.5)
+    assert not g.integer_r
+    assert 1.0 + 6.0 * float(g.concentration1) / (float(g.concentration0) - 1.0) == pytest.approx(12.0)
+
+
+def test_finite_discrete():
+    d = FiniteDiscrete((2, 5, 7), jnp.array([0.2, 0.3, 0.5]))
+    np.testing.assert_allclose(d.log_prob(jnp.array([2, 5, 7, 3, 0])), [np.log(0.2), np.log(0.3), np.log(0.5), -np.inf, -np.inf])
+    np.testing.assert_array_equal(d.enumerate_support(), [2, 5, 7])
+    e = FiniteDiscrete((2, 5, 7), jnp.full((4, 3), 1 / 3))
+    assert e.enumerate_support().shape == (3, 4) and e.enumerate_support(expand=False).shape == (3, 1)
+    x = d.sample(jax.random.PRNGKey(0), (20000,))
+    assert x.dtype == jnp.int32 and set(np.unique(x)) == {2, 5, 7}
+    np.testing.assert_allclose([np.mean(x == v) for v in (2, 5, 7)], [0.2, 0.3, 0.5], atol=0.015)
+    assert float(d.mean) == pytest.approx(0.4 + 1.5 + 3.5)
+    leaves, tree = jax.tree_util.tree_flatten(e)
+    assert jax.tree_util.tree_unflatten(tree, leaves).values == (2, 5, 7)
+
+
+# durations of state 0 from NB(r = 4, p = 0.6) + 1, state 1 a few, state 2 masked only, state 3 none
+NB_DURATIONS = np.array([4, 9, 7, 3, 8, 6, 12, 5, 7, 10, 6, 4, 9, 8, 2, 11, 30, 40])
+NB_STATES = np.array([0] * 14 + [1, 1, 2, 2])
+NB_WEIGHTS = np.array([1.0] * 16 + [0.0, 0.0])
+NB_CONC = (1.0, 2.0)
+
+
+def enumerated_r_posterior(r_values, r_probs, durations, c1, c0):
+    """Brute force, independent of the package: ``p(r | x)`` over the finite support from scipy's
+    Beta-negative-binomial law, by the chain rule ``p(x_1..x_n | r) = prod_i p(x_i | x_<i, r)``, each
+    factor a ``betanbinom`` with the Beta updated by the earlier durations (scipy's ``betanbinom(n, a,
+    b)`` counts failures before ``n`` successes with success probability ``~ Beta(a, b)``: here ``n =
+    r``, ``a = c0 + (number of earlier segments) r``, ``b = c1 + (earlier excess)``)."""
+    x = np.asarray(durations) - 1
+    logp = []
+    for r in r_values:
+        lp, seen = 0.0, 0.0
+        for i, xi in enumerate(x):
+            lp += stats.betanbinom.logpmf(xi, r, c0 + i * r, c1 + seen)
+            seen += xi
+        logp.append(lp)
+    logp = np.log(r_probs) + np.array(logp)
+    return np.exp(logp - special.logsumexp(logp))
+
+
+def r_frequency_statistic(family, key=0):
+    """Pearson's chi-square of the drawn ``r`` of every state against the enumerated posterior
+    (states 2, 3: the prior), summed over states, and its degrees of freedom."""
+    draws = posterior_draws(family, {"r": jnp.ones(K, jnp.int32), "p": jnp.full(K, 0.5)}, key,
+                            NB_DURATIONS, NB_STATES, NB_WEIGHTS)["r"]
+    r_values, r_probs = family.r_values, np.asarray(family.r_probs, float)
+    chi2, dof = 0.0, 0
+    for k in range(K):
+        keep = (NB_STATES == k) & (NB_WEIGHTS > 0)
+        want = enumerated_r_posterior(r_values, r_probs, NB_DURATIONS[keep], *NB_CONC)
+        counts = np.array([np.sum(np.asarray(draws[:, k]) == v) for v in r_values])
+        assert counts.sum() == NUM_DRAWS
+        expected = NUM_DRAWS * want
+        big = expected >= 5  # pool the sparse cells
+        obs = np.append(counts[big], counts[~big].sum())
+        exp = np.append(expected[big], expected[~big].sum())
+        if exp[-1] == 0:
+            obs, exp = obs[:-1], exp[:-1]
+        chi2 += float(np.sum((obs - exp) ** 2 / exp))
+        dof += len(obs) - 1
+    return chi2, dof
+
+
+CHI2_LEVEL = 1e-5
+
+
+@pytest.mark.statistical
+def test_negative_binomial_r_posterior_frequencies():
+    family = NegativeBinomial(*NB_CONC, r_values=(1, 2, 3, 4, 6, 9), r_probs=(0.1, 0.2, 0.2, 0.2, 0.2, 0.1))
+    chi2, dof = r_frequency_statistic(family)
+    assert chi2 < stats.chi2.ppf(1 - CHI2_LEVEL, dof)
+
+
+class _NoShiftNegativeBinomial(NegativeBinomial):
+    def sample_posterior(self, rng_key, params, durations, states, weights, num_states):
+        return super().sample_posterior(rng_key, params, durations + 1, states, weights, num_states)
+
+
+jax.tree_util.register_pytree_node_class(_NoShiftNegativeBinomial)
+
+
+@pytest.mark.slow
+@pytest.mark.negative_control
+def test_negative_binomial_r_posterior_frequencies_negative_control():
+    family = _NoShiftNegativeBinomial(*NB_CONC, r_values=(1, 2, 3, 4, 6, 9), r_probs=(0.1, 0.2, 0.2, 0.2, 0.2, 0.1))
+    chi2, dof = r_frequency_statistic(family)
+    assert chi2 > stats.chi2.ppf(1 - CHI2_LEVEL, dof)
+
+
+# Gamma prior on r: quadrature of p(r | x) on a grid of log r
+R_PRIOR = (2.0, 0.4)
+
+
+def beta_nb_log_pmf(x, n, a, b):
+    """The Beta-negative-binomial pmf written out (scipy's ``betanbinom(n, a, b)`` parameterization;
+    scipy returns NaN for real ``n < 1``): ``C(n + x - 1, x) B(n + a, x + b) / B(a, b)``."""
+    return (special.gammaln(n + x) - special.gammaln(n) - special.gammaln(x + 1.0)
+            + special.betaln(n + a, x + b) - special.betaln(a, b))
+
+
+def quadrature_posterior(durations, c1=NB_CONC[0], c0=NB_CONC[1], r_prior=R_PRIOR):
+    """Grid ``u = log r`` (``10^-4 .. 10^3``, 40001 points) of the unnormalized density ``Gamma(e^u) e^u
+    p(x | r)`` (the chain rule of :func:`enumerated_r_posterior`, with :func:`beta_nb_log_pmf`); returns
+    the grid of ``r``, the normalized weights, and ``E[p | r]``, ``Var[p | r]`` on the grid."""
+    u = np.linspace(np.log(1e-4), np.log(1e3), 40001)
+    r = np.exp(u)
+    x = np.asarray(durations) - 1
+    lp = stats.gamma.logpdf(r, r_prior[0], scale=1.0 / r_prior[1]) + u
+    seen = 0.0
+    for i, xi in enumerate(x):
+        lp = lp + beta_nb_log_pmf(xi, r, c0 + i * r, c1 + seen)
+        seen += xi
+    w = np.exp(lp - lp.max())
+    w /= w.sum()
+    a, b = c1 + x.sum(), c0 + len(x) * r
+    return r, w, a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+
+
+def slice_chain_z(family, num_moves=5, key=0):
+    """``[z of state 0's r, z of state 0's p, z of state 1's r]`` (the largest |z| of mean and variance). Chains started from exact posterior draws (inverse CDF on the quadrature grid) of state 0's
+    ``r`` (state 1: the prior), moved ``num_moves`` times by ``sample_posterior``; the largest |z| of
+    the means and variances of ``r`` and ``p`` of state 0 against the quadrature moments, and of
+    state 1's ``r`` against the Gamma prior's."""
+    keep = (NB_STATES == 0) & (NB_WEIGHTS > 0)
+    grid, w, p_mean, p_var = quadrature_posterior(NB_DURATIONS[keep])
+    rng = np.random.default_rng(key)
+    r0 = grid[np.minimum(np.searchsorted(np.cumsum(w), rng.uniform(size=NUM_DRAWS)), len(grid) - 1)]
+    states = jnp.asarray(np.where(NB_STATES == 0, 0, 1))  # two states: 0 with data, 1 empty
+    weights = jnp.asarray(np.where(NB_STATES == 0, NB_WEIGHTS, 0.0))
+    d = jnp.asarray(NB_DURATIONS)
+
+    def chain(k, r_start):
+        params = {"r": jnp.stack([r_start, 1.0]), "p": jnp.full(2, 0.5)}
+
+        def move(params, kk):
+            return family.sample_posterior(kk, params, d, states, weights, 2), None
+
+        return jax.lax.scan(move, params, jax.random.split(k, num_moves))[0]
+
+    out = jax.jit(jax.vmap(chain))(jax.random.split(jax.random.PRNGKey(key), NUM_DRAWS), jnp.asarray(r0))
+    r_mean = np.sum(w * grid)
+    r_var = np.sum(w * grid**2) - r_mean**2
+    pm = np.sum(w * p_mean)
+    pv = np.sum(w * (p_var + p_mean**2)) - pm**2
+    a, b = R_PRIOR
+    z = [moment_z(np.asarray(out["r"][:, :1]), np.array([r_mean]), np.array([r_var])),
+         moment_z(np.asarray(out["p"][:, :1]), np.array([pm]), np.array([pv])),
+         moment_z(np.asarray(out["r"][:, 1:]), np.array([a / b]), np.array([a / b**2]))]
+    return z
+
+
+@pytest.mark.statistical
+def test_negative_binomial_gamma_r_slice_leaves_posterior_invariant():
+    """Five slice moves from exact draws: the law of ``(r, p)`` stays the quadrature posterior (the
+    moments of 4000 independent chains within 4.5 standard errors).  The quadrature's own error
+    (40001 points over a density smooth in ``log r``) is far below the Monte Carlo error."""
+    assert max(slice_chain_z(NegativeBinomial.gamma_r(*R_PRIOR, *NB_CONC))) < Z_BOUND
+
+
+class _NoJacobianNegativeBinomial(NegativeBinomial):
+    """Broken: the slice target of ``log r`` without the Jacobian ``e^u`` (equivalent to a
+    ``Gamma(a - 1, b)`` prior, emulated by shifting ``r_concentration`` by one inside the move)."""
+
+    def sample_posterior(self, rng_key, params, durations, states, weights, num_states):
+        broken = NegativeBinomial.gamma_r(self.r_concentration - 1.0, self.r_rate, self.concentration1,
+                                          self.concentration0)
+        return NegativeBinomial.sample_posterior(broken, rng_key, params, durations, states, weights, num_states)
+
+
+jax.tree_util.register_pytree_node_class(_NoJacobianNegativeBinomial)
+
+
+@pytest.mark.slow
+@pytest.mark.negative_control
+def test_negative_binomial_gamma_r_slice_negative_control():
+    broken = _NoJacobianNegativeBinomial.gamma_r(*R_PRIOR, *NB_CONC)
+    assert type(broken) is _NoJacobianNegativeBinomial
+    assert slice_chain_z(broken)[0] > Z_BOUND  # state 0's r: the slice move (state 1's prior draw is broken too)
+
+
+# ---------------------------------------------------------------------------------------- custom
+from numpyro_hdphmm.durations import Custom  # noqa: E402
+
+
+def test_custom_log_pmf_from_user_poisson():
+    rate = jnp.array([0.5, 3.0, 40.0])
+    fam = Custom(lambda k: dist.Poisson(rate[k]), 3)
+    d = jnp.array([[-1, 0, 1], [2, 10, 100]])
+    got = np.asarray(fam.log_pmf({}, d))
+    want = stats.poisson.logpmf(np.asarray(d)[..., None], np.asarray(rate))  # the law of d itself (no shift)
+    assert got.shape == (2, 3, 3)
+    assert np.all(got[0, :2] == -np.inf)
+    np.testing.assert_allclose(got[0, 2:], want[0, 2:], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    np.testing.assert_allclose(fam.mean({}), rate)
+    assert fam.param_names == () and not fam.owns_parameters and not fam.conjugate
+    assert fam.sample_sites("y", 3) == {} and fam.sample_parameters(jax.random.PRNGKey(0), (3,)) == {}
+
+
+def test_custom_gradient_and_sites_in_a_model():
+    """Built from a user site inside a model: no duration sites of its own, and the log pmf is
+    differentiable in the user's parameter (what the inner NUTS needs)."""
+    def model():
+        rate = numpyro.sample("rate", dist.Gamma(2.0, 0.2).expand([3]).to_event(1))
+        fam = Custom(lambda k: dist.Poisson(rate[k]), 3)
+        assert fam.sample_sites("y", 3) == {}
+        numpyro.factor("durations", jnp.sum(fam.log_pmf({}, jnp.array([2, 5, 9]))))
+
+    tr = numpyro.handlers.trace(numpyro.handlers.seed(model, 0)).get_trace()
+    assert [n for n, s in tr.items() if s["type"] == "sample"] == ["rate", "durations"]
+
+    def total(rate):
+        return jnp.sum(Custom(lambda k: dist.Poisson(rate[k]), 3).log_pmf({}, jnp.array([2, 5, 9])))
+
+    g = jax.grad(total)(jnp.array([1.0, 4.0, 8.0]))
+    np.testing.assert_allclose(g, np.array([2 + 5 + 9]) / np.array([1.0, 4.0, 8.0]) - 3.0)
+
+
+def test_custom_pytree_and_refusals():
+    fam = Custom(lambda k: dist.Poisson(jnp.array([1.0, 2.0])[k]), 2)
+    leaves, tree = jax.tree_util.tree_flatten(fam)
+    again = jax.tree_util.tree_unflatten(tree, leaves)
+    assert again.fn is None and again.num_states == 2 and repr(again) == "Custom(Poisson, num_states=2)"
+    out = jax.jit(lambda f: f.log_pmf({}, jnp.array([1, 2])))(fam)
+    assert out.shape == (2, 2)
+    with pytest.raises(NotImplementedError, match="user's own sample sites"):
+        fam.sample_posterior(jax.random.PRNGKey(0), {}, jnp.array([2]), jnp.array([0]), jnp.ones(1), 2)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (3.0, "callable"),
+    (dist.Poisson(1.0), "callable"),
+    (lambda k: k, "numpyro Distribution"),
+    (lambda k: dist.Poisson(1.0), "batch shape"),
+    (lambda k: dist.Normal(jnp.zeros(3)[k], 1.0), "discrete"),
+    (lambda k: dist.Poisson(jnp.ones((3, 2))[k]).to_event(1), "event shape"),
+])
+def test_custom_validation(fn, match):
+    with pytest.raises(ValueError, match=match):
+        Custom(fn, 3)

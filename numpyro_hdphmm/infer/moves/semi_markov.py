@@ -62,8 +62,7 @@ __all__ = ["SemiMarkovInfo", "semi_markov_sweep", "sample_duration_parameters", 
 
 
 class SemiMarkovInfo(NamedTuple):
-    """Per-sweep diagnostics of the HSMM sweep: ``overflow`` (every slot occupied, or the dish
-    counts of the ``gamma`` update beyond their static bound), ``ffbs_ok`` (False when a sequence's
+    """Per-sweep diagnostics of the HSMM sweep: ``overflow`` (every slot occupied), ``ffbs_ok`` (False when a sequence's
     marginal likelihood was not finite and the states were kept), ``duration_accept`` (the
     fraction of states whose duration-parameter proposal was accepted; NaN for a family whose
     parameters the inner kernel updates) and ``at_max_duration`` (True when a segment lasts
@@ -214,14 +213,40 @@ def sample_hdp_layer(rng_key, states, lengths, beta, hyper: crp.Concentrations, 
         alpha = draws.gamma(k_alpha, jnp.asarray(shape + jnp.sum(tables), dtype),
                             jnp.asarray(rate - jnp.sum((1.0 - head) * log_r) - log_r0, dtype))
     s = random.poisson(k_s, alpha * head * (-log_r)).astype(jnp.int32)
-    dishes = jnp.sum(tables, 0) + s
-    overflow = jnp.sum(dishes) > max_total
+    dish_tables = jnp.sum(tables, 0)
     if priors.gamma is not None:
-        gamma = crp.resample_gamma_weak_limit(k_gamma, gamma, dishes, capacity, *priors.gamma, max_total)
-        gamma = jnp.asarray(gamma, dtype)
-    beta = crp.sample_beta(k_beta, dishes, gamma, weak_limit=True).astype(dtype)
+        gamma = _resample_gamma(k_gamma, gamma, dish_tables, s, *priors.gamma, max_total)
+    beta = crp.sample_beta(k_beta, dish_tables + s, gamma, weak_limit=True).astype(dtype)
     trans = sample_semi_markov_rows(k_rows, beta, alpha, n, first)
-    return beta, trans, crp.Concentrations(gamma, alpha, jnp.zeros((), dtype)), overflow
+    return beta, trans, crp.Concentrations(gamma, alpha, jnp.zeros((), dtype)), jnp.array(False)
+
+
+def _resample_gamma(rng_key, gamma, tables, extra, shape, rate, max_total: int):
+    r"""``gamma | c`` with ``beta ~ Dir(gamma/L)`` integrated out, ``c_k = tables_k + extra_k`` the dish
+    counts: top-level tables ``u_k ~`` CRP tables of ``c_k`` customers at ``gamma / L``, then the
+    Escobar-West update given ``(sum u, sum c)`` (:func:`~numpyro_hdphmm._core.crp.resample_gamma`; the
+    form of :func:`~numpyro_hdphmm._core.crp.resample_gamma_weak_limit`).  The ``tables`` customers
+    (at most ``max_total``) are laid out at once; the ``extra`` ones (the Poisson auxiliaries, with
+    no static bound) are seated one at a time in a ``lax.while_loop`` over ``max(extra)``
+    iterations, every dish at once, so no customer is ever dropped."""
+    k_u, k_extra, k_g = random.split(rng_key, 3)
+    capacity = tables.shape[0]
+    dtype = jnp.result_type(gamma, float)
+    theta = jnp.asarray(gamma, dtype) / capacity
+    u = crp.sample_crp_tables(k_u, tables, jnp.full((capacity,), theta), max_total)
+
+    def body(carry):
+        i, key, count = carry
+        key, k_i = random.split(key)
+        seated = tables + i
+        p = jnp.where(seated == 0, 1.0, theta / (theta + seated.astype(dtype)))
+        opens = (random.uniform(k_i, (capacity,), dtype) < p) & (i < extra)
+        return i + 1, key, count + opens.astype(jnp.int32)
+
+    _, _, u_extra = jax.lax.while_loop(lambda c: c[0] < jnp.max(extra), body,
+                                       (jnp.int32(0), k_extra, jnp.zeros((capacity,), jnp.int32)))
+    total = jnp.sum(tables + extra)
+    return jnp.asarray(crp.resample_gamma(k_g, gamma, jnp.sum(u + u_extra), total, shape, rate), dtype)
 
 
 def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView, sharding: SequenceSharding):

@@ -257,8 +257,9 @@ class HDPHSMM(ModelClass, Distribution):
         return jnp.zeros((), self.alpha.dtype)
 
     def site_roles(self) -> Tuple[SiteRole, ...]:
-        """The sites :func:`numpyro_hdphmm.sample` declares: those of the HDP-HMM (``kappa = 0``) and
-        the duration parameters (role ``"duration"``, one row per parameter of the family; none for
+        """The sites :func:`numpyro_hdphmm.sample` declares that the kernel updates: those of the
+        HDP-HMM (``kappa = 0``) and the duration parameters it draws itself (role ``"duration"``, one
+        row per parameter, :attr:`owned_duration_parameters`; none for
         :class:`~numpyro_hdphmm.durations.Custom`, whose parameters are the user's own sites)."""
         params = self.emission.param_names
         return (
@@ -268,11 +269,21 @@ class HDPHSMM(ModelClass, Distribution):
             *(SiteRole("emission", p, p, "emission parameter, the family's prior expanded over the K states")
               for p in params),
             *(SiteRole("duration", f"duration_{p}", p, "duration parameter, the family's prior expanded over the "
-                                                       "K states") for p in self.duration.param_names),
+                                                       "K states") for p in self.owned_duration_parameters),
             SiteRole("states", "states", description="state sequence SemiMarkovChain(trans[K], trans[:K], durations, "
                                                      "T): segments with explicit durations"),
             SiteRole("obs", "", description="observations, the emission likelihood indexed by the states"),
         )
+
+    @property
+    def owned_duration_parameters(self) -> Tuple[str, ...]:
+        """The duration parameters the kernel draws itself: those of a family with an exact
+        conditional draw given complete durations (``conjugate``).  The others (e.g.
+        :meth:`~numpyro_hdphmm.durations.NegativeBinomial.gamma_r`'s real ``r``) are sites the inner
+        kernel (NUTS) updates through the segment process's density with the rows integrated out,
+        like the user's own sites of a :class:`~numpyro_hdphmm.durations.Custom` family."""
+        family = self.duration
+        return tuple(family.param_names) if family.owns_parameters and family.conjugate else ()
 
     def semi_markov_chain(self, trans, duration_params, num_steps, lengths=None) -> SemiMarkovChain:
         """The law of the states given the rows ``trans (K+1, K+1)`` and the duration parameters."""

@@ -150,3 +150,16 @@ def test_several_sequences_lengths_and_missing_steps():
     states = np.asarray(s["y_states"])
     assert np.all(states[:, 1, 45:] == states[:, 1, 44:45])
     assert true.max_duration == 30
+
+
+def test_rows_stay_finite_when_a_weight_underflowed():
+    """A weak-limit weight that underflowed to 0 gives a self-transition of 0, not NaN (the Beta
+    sampler returns NaN at a zero shape)."""
+    from numpyro_hdphmm.infer.moves.semi_markov import sample_semi_markov_rows
+
+    beta = jnp.array([0.6, 0.4, 0.0, 0.0])
+    n = jnp.array([[0, 2, 0], [1, 0, 0], [0, 0, 0]])
+    rows = sample_semi_markov_rows(random.key(0), beta, jnp.asarray(2.0), n, jnp.array([1, 0, 0]))
+    assert np.all(np.isfinite(np.asarray(rows)))
+    np.testing.assert_allclose(np.asarray(rows).sum(-1), 1.0, rtol=1e-5)
+    assert float(rows[2, 2]) == 0.0

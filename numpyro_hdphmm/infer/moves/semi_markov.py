@@ -78,10 +78,9 @@ def duration_parameters(spec: ModelSpec, view: ModelView, extra):
     """The duration family's parameters ``{p: (K, ...)}``: the algorithm's own (``extra``) for a
     family whose parameters the model class declares, the current values otherwise."""
     chain = view.states_law
-    family = chain.duration
-    if not spec.sites.extra or not family.param_names:
+    if not spec.sites.extra:
         return chain.duration_params
-    return {p: extra[f"duration_{p}"] for p in family.param_names}
+    return {**chain.duration_params, **{key.partition("_")[2]: extra[key] for key in extra}}
 
 
 def semi_markov_tables(view: ModelView, trans, duration_params):
@@ -184,7 +183,9 @@ def sample_semi_markov_rows(rng_key, beta, alpha, n, first):
     conc = alpha * beta[None, :] + jnp.pad(n.astype(dtype), ((0, 0), (0, 1)))
     off = draws.dirichlet(k_off, jnp.where(eye, 0.0, conc))  # (K, K+1), zero on the diagonal
     head = beta[:k]
-    stay = draws.beta(k_self, alpha * head, alpha * (1.0 - head))
+    # Beta(alpha beta_j, alpha (1 - beta_j)) as a two-atom Dirichlet: a weight beta_j that underflowed
+    # to 0 gives stay = 0 (its limit), where the Beta sampler would give NaN
+    stay = draws.dirichlet(k_self, jnp.stack([alpha * head, alpha * (1.0 - head)], -1))[:, 0]
     rows = off * (1.0 - stay)[:, None] + jnp.where(eye, stay[:, None], 0.0)
     start = draws.dirichlet(k_start, alpha * beta + jnp.pad(first.astype(dtype), (0, 1)))
     return jnp.concatenate([rows, start[None]], 0)
@@ -270,7 +271,7 @@ def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView
     # 3. duration parameters (a family whose parameters are the user's sites: the inner kernel's)
     extra = dict(state.extra)
     accept = jnp.array(jnp.nan, state.beta.dtype)
-    if spec.sites.extra and family.param_names:
+    if spec.sites.extra:
         new, accept = sample_duration_parameters(k_dur, family, dur_params, states, data.lengths, tables[2], tables[3],
                                                  right_censored=chain.right_censored, left_censored=chain.left_censored)
         extra = {f"duration_{p}": v for p, v in new.items()}

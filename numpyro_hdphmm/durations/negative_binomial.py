@@ -182,7 +182,13 @@ class NegativeBinomial(DurationFamily):
     """
 
     param_names = ("r", "p")
-    conjugate = True
+
+    @property
+    def conjugate(self) -> bool:
+        """An exact joint draw of ``(r, p)`` given complete durations: with the finite prior on
+        ``r`` only (the Gamma prior's ``r`` moves by slice sampling, an MCMC move: a model class
+        then leaves ``r`` and ``p`` to the inner kernel)."""
+        return self.integer_r
 
     def __init__(self, concentration1=1.0, concentration0=2.0, r_values=tuple(range(1, 11)), r_probs=None):
         c1 = as_hyperparameter("concentration1", concentration1)

@@ -37,7 +37,7 @@ state-space embedding of an HSMM with negative-binomial durations needs (each st
 from __future__ import annotations
 
 import operator
-from typing import Optional, Tuple
+from typing import Tuple
 
 import jax
 import jax.numpy as jnp
@@ -183,6 +183,7 @@ class NegativeBinomial(DurationFamily):
 
     param_names = ("r", "p")
     conjugate = True
+    _shared_names = ("r_probs",)
 
     def __init__(self, concentration1=1.0, concentration0=2.0, r_values=tuple(range(1, 11)), r_probs=None):
         c1 = as_hyperparameter("concentration1", concentration1)
@@ -249,6 +250,7 @@ class NegativeBinomial(DurationFamily):
     def sample_sites(self, name: str, num_states: int):
         """Sites ``f"{name}_duration_r"`` (:class:`FiniteDiscrete` or ``Gamma``) and
         ``f"{name}_duration_p"`` (``Beta``), each of shape ``(K,)`` (event ``(K,)``)."""
+        self.check_num_states(num_states)
         r = duration_site(name, "r", self._r_prior(num_states).to_event(1))
         p_prior = dist.Beta(self._per_state(self.concentration1, num_states), self._per_state(self.concentration0, num_states))
         return {"r": r, "p": duration_site(name, "p", p_prior.to_event(1))}
@@ -311,6 +313,7 @@ class NegativeBinomial(DurationFamily):
         """``r_k | x`` (finite prior: exact categorical draw over ``r_values``; Gamma prior: one slice
         update of ``log r_k`` from ``params["r"]``), then ``p_k | r_k, x ~ Beta(concentration1 + S_k,
         concentration0 + n_k r_k)`` (module docstring).  States without durations: prior draws."""
+        self.check_num_states(num_states)
         k_r, k_p, k_prior = jax.random.split(rng_key, 3)
         dtype = self.concentration1.dtype
         stats = duration_statistics(durations, states, weights, num_states, dtype)

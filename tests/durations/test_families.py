@@ -320,6 +320,18 @@ def test_validation(call, arg):
         call()
 
 
+@pytest.mark.parametrize("family, arg", [
+    (Geometric(1.0, [2.0, 3.0]), "concentration0"),
+    (Poisson([1.0, 2.0, 3.0, 4.0], 1.0), "concentration"),
+    (NegativeBinomial.gamma_r(r_rate=[1.0, 2.0]), "r_rate"),
+])
+def test_per_state_hyperparameters_must_match_num_states(family, arg):
+    with pytest.raises(ValueError, match=f"`{arg}`"):
+        family.sample_sites("y", 3)
+    with pytest.raises(ValueError, match=f"`{arg}`"):
+        family.sample_posterior(jax.random.PRNGKey(0), {}, jnp.array([2]), jnp.array([0]), jnp.ones(1), 3)
+
+
 def test_unknown_override():
     with pytest.raises(TypeError, match="bogus"):
         Poisson.weakly_informative(3.0, bogus=1.0)
@@ -564,6 +576,8 @@ def test_custom_pytree_and_refusals():
     assert again.fn is None and again.num_states == 2 and repr(again) == "Custom(Poisson, num_states=2)"
     out = jax.jit(lambda f: f.log_pmf({}, jnp.array([1, 2])))(fam)
     assert out.shape == (2, 2)
+    with pytest.raises(ValueError, match="`num_states`"):
+        fam.sample_sites("y", 3)
     with pytest.raises(NotImplementedError, match="user's own sample sites"):
         fam.sample_posterior(jax.random.PRNGKey(0), {}, jnp.array([2]), jnp.array([0]), jnp.ones(1), 2)
 

@@ -615,3 +615,37 @@ def test_negative_binomial_r_marginal_float32_long_durations():
         p32 = np.asarray(jax.jit(lambda: probs(jnp.float32))(), float)
     p64 = np.asarray(jax.jit(lambda: probs(jnp.float64))())
     assert 0.5 * np.abs(p32 - p64).sum() < 1e-3
+
+
+# ---------------------------------------------------------------------------------------- prior draws = site priors
+def prior_draw_z(family, draw_family=None):
+    """Largest |z| of the mean and variance of 4000 ``sample_parameters`` draws (of ``draw_family``,
+    default ``family``) against the moments of ``family``'s site distributions."""
+    draw_family = draw_family or family
+    draws = jax.jit(lambda k: draw_family.sample_parameters(k, (NUM_DRAWS, K)))(jax.random.PRNGKey(3))
+    sites = numpyro.handlers.trace(numpyro.handlers.substitute(
+        lambda: family.sample_sites("y", K), {f"y_duration_{p}": v[0] for p, v in draws.items()})).get_trace()
+    z = []
+    for p in family.param_names:
+        fn = sites[f"y_duration_{p}"]["fn"].base_dist
+        z.append(moment_z(np.asarray(draws[p], float), np.asarray(fn.mean, float), np.asarray(fn.variance, float)))
+    return max(z)
+
+
+PRIOR_FAMILIES = [Geometric(1.5, 3.0), Poisson(2.0, 0.5),
+                  NegativeBinomial(1.5, 3.0, r_values=(1, 3, 8), r_probs=(0.2, 0.5, 0.3)),
+                  NegativeBinomial.gamma_r(2.0, 0.4, 1.5, 3.0)]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("family", PRIOR_FAMILIES, ids=FAMILY_IDS)
+def test_prior_draws_match_site_priors(family):
+    """``sample_parameters`` (what a state without durations gets) draws from the sites' priors."""
+    assert prior_draw_z(family) < Z_BOUND
+
+
+@pytest.mark.slow
+@pytest.mark.negative_control
+def test_prior_draws_match_site_priors_negative_control():
+    """Broken: Beta concentrations swapped in the draws."""
+    assert prior_draw_z(Geometric(1.5, 3.0), Geometric(3.0, 1.5)) > Z_BOUND

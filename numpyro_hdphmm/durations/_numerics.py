@@ -14,6 +14,9 @@ Computation of Binomial Probabilities", 2000; the algorithm behind R's ``dpois``
     v^(2j+1) / (2j + 1)``, ``v = (x - m) / (x + m)`` (no cancellation), else directly.
 ``poisson_log_pmf(x, lam) = -stirling_error(x) - deviance(x, lam) - log(2 pi x) / 2``
     (``x >= 1``; ``-lam`` at ``x = 0``).
+``log_count_coefficient(x, r) = log [Gamma(x + r) / (Gamma(r) x!)]``
+    the negative-binomial pmf at the saddle point ``p = x / (x + r)`` less its ``p``-terms
+    ``x log p + r log(1 - p)``, which there are of size ``r log(1 + x / r)``, not ``x log x``.
 ``negative_binomial_log_pmf(x, r, p)``
     ``log [Gamma(x + r) / (Gamma(r) x!) p^x (1 - p)^r]`` as ``r / (x + r)`` times the binomial
     saddle-point form of ``C(x + r, r) (1 - p)^r p^x`` (Loader Sec. 2-3; R's ``dnbinom``).
@@ -29,7 +32,7 @@ import math
 import jax.numpy as jnp
 from jax.scipy.special import gammaln
 
-__all__ = ["stirling_error", "deviance", "poisson_log_pmf", "negative_binomial_log_pmf"]
+__all__ = ["stirling_error", "deviance", "poisson_log_pmf", "negative_binomial_log_pmf", "log_count_coefficient"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _SERIES_FROM = 15.0
@@ -79,18 +82,34 @@ def poisson_log_pmf(x, lam):
     return jnp.where(x >= 1.0, positive, -lam)
 
 
+def _negative_binomial_saddle(x, r, p, q):
+    """The ``x >= 1`` branch of :func:`negative_binomial_log_pmf` with ``q = 1 - p`` given (so that a
+    caller who knows ``q`` more accurately than ``1 - p`` can pass it)."""
+    n = x + r
+    return (
+        jnp.log(r / n)
+        + stirling_error(n) - stirling_error(r) - stirling_error(x)
+        - deviance(r, n * q) - deviance(x, n * p)
+        + 0.5 * (jnp.log(n) - jnp.log(r) - jnp.log(x)) - _HALF_LOG_2PI
+    )
+
+
 def negative_binomial_log_pmf(x, r, p):
     """``log [Gamma(x + r) / (Gamma(r) x!) p^x (1 - p)^r]`` for integers ``x >= 0`` (float array),
     real ``r > 0`` and ``0 < p < 1``: the number ``x`` of successes (probability ``p``) before the
-    ``r``-th failure.  ``r (1 - p)``'s log by ``log1p``."""
+    ``r``-th failure.  ``r log(1 - p)`` by ``log1p``."""
     x, r, p = jnp.asarray(x), jnp.asarray(r), jnp.asarray(p)
     xs = jnp.maximum(x, 1.0)
-    n = xs + r
-    q = 1.0 - p
-    positive = (
-        jnp.log(r / n)
-        + stirling_error(n) - stirling_error(r) - stirling_error(xs)
-        - deviance(r, n * q) - deviance(xs, n * p)
-        + 0.5 * (jnp.log(n) - jnp.log(r) - jnp.log(xs)) - _HALF_LOG_2PI
-    )
-    return jnp.where(x >= 1.0, positive, r * jnp.log1p(-p))
+    return jnp.where(x >= 1.0, _negative_binomial_saddle(xs, r, p, 1.0 - p), r * jnp.log1p(-p))
+
+
+def log_count_coefficient(x, r):
+    """``log Gamma(x + r) - log Gamma(r) - log x!`` for integers ``x >= 0`` (float array) and real
+    ``r > 0``, accurate in float32 for large ``x`` (module docstring); 0 at ``x = 0``."""
+    x, r = jnp.asarray(x), jnp.asarray(r)
+    xs = jnp.maximum(x, 1.0)
+    p, q = xs / (xs + r), r / (xs + r)  # q directly: 1 - p rounds to 0 for x >> r
+    # x log p = -x log1p(r / x) and r log q = -r log1p(x / r): exact logs of the ratios (log p of a
+    # rounded p near 1 would be off by x eps)
+    value = _negative_binomial_saddle(xs, r, p, q) + xs * jnp.log1p(r / xs) + r * jnp.log1p(xs / r)
+    return jnp.where(x >= 1.0, value, 0.0)

@@ -41,8 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 
-from numpyro_hdphmm._core.validation import as_parameter, check_positive, check_static_int, is_concrete
 from numpyro_hdphmm._core.roles import HDP_ROLE, NAME_KEY
+from numpyro_hdphmm._core.validation import as_parameter, check_positive, is_concrete
 
 __all__ = [
     "DurationFamily",
@@ -100,7 +100,7 @@ def as_hyperparameter(name: str, value, dtype=None):
         )
     if is_concrete(value):
         v = np.asarray(value)
-        if not (np.issubdtype(v.dtype, np.number) or v.dtype == bool) or v.dtype == bool:
+        if not np.issubdtype(v.dtype, np.number):  # booleans, strings, objects
             raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
     check_positive(name, value)
     dtype = dtype or jnp.result_type(value, float)
@@ -159,6 +159,8 @@ class DurationFamily:
     conjugate: bool = False
     #: names of the hyperparameter leaves (for ``__repr__`` and the pytree)
     _hyper_names: Tuple[str, ...] = ()
+    #: hyperparameter leaves that are not per state (e.g. a prior's probabilities over a finite support)
+    _shared_names: Tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int) -> Params:
@@ -211,7 +213,16 @@ class DurationFamily:
         """A hyperparameter broadcast to ``(num_states,)``."""
         return jnp.broadcast_to(value, (num_states,))
 
+    def check_num_states(self, num_states: int) -> None:
+        """Raise ``ValueError`` naming a per-state hyperparameter (shape ``(K',)``) whose size is not the
+        model's ``num_states``; scalars fit any ``num_states``."""
+        for name in self._hyper_names:
+            if name in self._shared_names:
+                continue
+            shape = jnp.shape(getattr(self, name))
+            if shape not in ((), (num_states,)):
+                raise ValueError(
+                    f"`{name}` has shape {shape}: a per-state hyperparameter must have shape (num_states,) = "
+                    f"({num_states},) (or be a scalar)."
+                )
 
-def check_num_states(num_states) -> int:
-    """``num_states`` as a static ``int >= 1``."""
-    return check_static_int("num_states", num_states)

@@ -105,8 +105,15 @@ class Custom(DurationFamily):
         return f"Custom({type(self.distribution).__name__}, num_states={self.num_states})"
 
     # ------------------------------------------------------------------ protocol
+    def check_num_states(self, num_states: int) -> None:
+        """Raise ``ValueError`` unless ``num_states`` is the ``K`` the callable was evaluated at."""
+        if num_states != self.num_states:
+            raise ValueError(f"`num_states` is {num_states}, but the custom duration law was built for "
+                             f"num_states = {self.num_states} states.")
+
     def sample_sites(self, name: str, num_states: int):
         """No sites: the parameters are the user's own.  Returns ``{}``."""
+        self.check_num_states(num_states)
         return {}
 
     def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):

@@ -57,9 +57,10 @@ class Geometric(DurationFamily):
     _hyper_names = ("concentration1", "concentration0")
 
     def __init__(self, concentration1=1.0, concentration0=2.0):
-        self.concentration1 = as_hyperparameter("concentration1", concentration1)
-        self.concentration0 = as_hyperparameter("concentration0", concentration0, self.concentration1.dtype)
-        self.concentration1 = self.concentration1.astype(self.concentration0.dtype)
+        c1 = as_hyperparameter("concentration1", concentration1)
+        c0 = as_hyperparameter("concentration0", concentration0)
+        dtype = jnp.result_type(c1, c0)
+        self.concentration1, self.concentration0 = c1.astype(dtype), c0.astype(dtype)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -73,6 +74,7 @@ class Geometric(DurationFamily):
     def sample_sites(self, name: str, num_states: int):
         """Site ``f"{name}_duration_stay"``: ``Beta(concentration1, concentration0)``, shape ``(K,)``
         (event ``(K,)``)."""
+        self.check_num_states(num_states)
         return {"stay": duration_site(name, "stay", self._prior(num_states).to_event(1))}
 
     def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
@@ -98,6 +100,7 @@ class Geometric(DurationFamily):
     def sample_posterior(self, rng_key, params, durations, states, weights, num_states: int):
         """``stay_k ~ Beta(concentration1 + S_k, concentration0 + n_k)`` (module docstring); exact,
         ``params`` unused; a state without durations (``n_k = 0``) gets a prior draw."""
+        self.check_num_states(num_states)
         stats = duration_statistics(durations, states, weights, num_states, self.concentration1.dtype)
         a = self.concentration1 + stats.excess
         b = self.concentration0 + stats.count

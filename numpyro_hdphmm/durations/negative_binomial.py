@@ -37,19 +37,19 @@ state-space embedding of an HSMM with negative-binomial durations needs (each st
 from __future__ import annotations
 
 import operator
-from typing import Optional, Tuple
+from typing import Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.scipy.special import betaln, gammaln
+from jax.scipy.special import betaln
 from numpyro.distributions import constraints
 
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slice_sampling import slice_sample
 from numpyro_hdphmm._core.validation import as_parameter, is_concrete
-from numpyro_hdphmm.durations._numerics import negative_binomial_log_pmf
+from numpyro_hdphmm.durations._numerics import log_count_coefficient, negative_binomial_log_pmf
 from numpyro_hdphmm.durations.base import (
     DurationFamily,
     as_hyperparameter,
@@ -182,6 +182,7 @@ class NegativeBinomial(DurationFamily):
     """
 
     param_names = ("r", "p")
+    _shared_names = ("r_probs",)
 
     @property
     def conjugate(self) -> bool:
@@ -255,6 +256,7 @@ class NegativeBinomial(DurationFamily):
     def sample_sites(self, name: str, num_states: int):
         """Sites ``f"{name}_duration_r"`` (:class:`FiniteDiscrete` or ``Gamma``) and
         ``f"{name}_duration_p"`` (``Beta``), each of shape ``(K,)`` (event ``(K,)``)."""
+        self.check_num_states(num_states)
         r = duration_site(name, "r", self._r_prior(num_states).to_event(1))
         p_prior = dist.Beta(self._per_state(self.concentration1, num_states), self._per_state(self.concentration0, num_states))
         return {"r": r, "p": duration_site(name, "p", p_prior.to_event(1))}
@@ -293,10 +295,12 @@ class NegativeBinomial(DurationFamily):
 
     # ------------------------------------------------------------------ posterior
     def log_r_marginal(self, r, durations, states, weights, num_states: int):
-        """``log p(x_k | r) - log prod_i x_i!`` with ``p`` integrated out (module docstring), for each
-        state ``k`` and each candidate ``r``: ``r`` of shape ``(K, ...)`` (state ``k``'s candidates in
-        row ``k``), returns the same shape.  ``sum_i w_i 1[s_i = k] (log Gamma(x_i + r) - log Gamma(r))
-        + log B(concentration1 + S_k, concentration0 + n_k r) - log B(concentration1, concentration0)``."""
+        """``log p(x_k | r)`` with ``p`` integrated out (module docstring), for each state ``k`` and each
+        candidate ``r``: ``r`` of shape ``(K, ...)`` (state ``k``'s candidates in row ``k``), returns the
+        same shape.  ``sum_i w_i 1[s_i = k] log [Gamma(x_i + r) / (Gamma(r) x_i!)] + log B(concentration1
+        + S_k, concentration0 + n_k r) - log B(concentration1, concentration0)``, the coefficients by
+        :func:`~numpyro_hdphmm.durations._numerics.log_count_coefficient` (accurate in float32 for long
+        durations)."""
         dtype = self.concentration1.dtype
         r = jnp.asarray(r, dtype)
         stats = duration_statistics(durations, states, weights, num_states, dtype)
@@ -305,7 +309,7 @@ class NegativeBinomial(DurationFamily):
         states = jnp.asarray(states)
         extra = (1,) * (r.ndim - 1)
         r_i = r[states]  # (M, ...): each duration's state's candidates
-        terms = jnp.where(w.reshape((-1,) + extra) > 0, gammaln(x.reshape((-1,) + extra) + r_i) - gammaln(r_i), 0.0)
+        terms = jnp.where(w.reshape((-1,) + extra) > 0, log_count_coefficient(x.reshape((-1,) + extra), r_i), 0.0)
         per_state = jax.ops.segment_sum(terms, states, num_segments=num_states)
         c1 = self._per_state(self.concentration1, num_states).reshape((-1,) + extra)
         c0 = self._per_state(self.concentration0, num_states).reshape((-1,) + extra)
@@ -317,6 +321,7 @@ class NegativeBinomial(DurationFamily):
         """``r_k | x`` (finite prior: exact categorical draw over ``r_values``; Gamma prior: one slice
         update of ``log r_k`` from ``params["r"]``), then ``p_k | r_k, x ~ Beta(concentration1 + S_k,
         concentration0 + n_k r_k)`` (module docstring).  States without durations: prior draws."""
+        self.check_num_states(num_states)
         k_r, k_p, k_prior = jax.random.split(rng_key, 3)
         dtype = self.concentration1.dtype
         stats = duration_statistics(durations, states, weights, num_states, dtype)
@@ -348,7 +353,7 @@ class NegativeBinomial(DurationFamily):
         def log_density(k, u):
             r = jnp.exp(u)
             mine = (w > 0) & (states == k)
-            terms = jnp.sum(jnp.where(mine, gammaln(x + r) - gammaln(r), 0.0))
+            terms = jnp.sum(jnp.where(mine, log_count_coefficient(x, r), 0.0))
             marginal = terms + betaln(c1[k] + stats.excess[k], c0[k] + stats.count[k] * r)
             return jnp.where(jnp.isfinite(u), a[k] * u - b[k] * r + marginal, -jnp.inf)
 

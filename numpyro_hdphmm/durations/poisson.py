@@ -75,6 +75,7 @@ class Poisson(DurationFamily):
 
     def sample_sites(self, name: str, num_states: int):
         """Site ``f"{name}_duration_rate"``: ``Gamma(concentration, rate)``, shape ``(K,)`` (event ``(K,)``)."""
+        self.check_num_states(num_states)
         fn = dist.Gamma(self._per_state(self.concentration, num_states), self._per_state(self.rate, num_states))
         return {"rate": duration_site(name, "rate", fn.to_event(1))}
 
@@ -103,6 +104,7 @@ class Poisson(DurationFamily):
     def sample_posterior(self, rng_key, params, durations, states, weights, num_states: int):
         """``rate_k ~ Gamma(concentration + S_k, rate + n_k)`` (module docstring); exact, ``params``
         unused; a state without durations gets a prior draw."""
+        self.check_num_states(num_states)
         stats = duration_statistics(durations, states, weights, num_states, self.concentration.dtype)
         return {"rate": positive_gamma(rng_key, self.concentration + stats.excess, self.rate + stats.count)}
 

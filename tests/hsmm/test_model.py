@@ -7,7 +7,6 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import numpyro.distributions as dist
 import pytest
 from jax import random

@@ -6,7 +6,6 @@ duration, emission and hyperparameter sites."""
 import itertools
 import warnings
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro

@@ -162,3 +162,15 @@ def test_rows_stay_finite_when_a_weight_underflowed():
     assert np.all(np.isfinite(np.asarray(rows)))
     np.testing.assert_allclose(np.asarray(rows).sum(-1), 1.0, rtol=1e-5)
     assert float(rows[2, 2]) == 0.0
+
+
+def test_warns_when_the_duration_truncation_binds():
+    """One long regime with max_duration = 3: every sweep after warmup has a segment of 3 steps."""
+    y = np.zeros(12, int)
+
+    def short(y):
+        nh.sample("y", nh.HDPHSMM(1.0, 2.0, nh.durations.Poisson(20.0, 1.0), EMISSION, max_states=4, max_duration=3),
+                  obs=y)
+
+    with pytest.warns(RuntimeWarning, match="max_duration"):
+        MCMC(nh.infer.WeakLimitGibbs(short), num_warmup=2, num_samples=3, progress_bar=False).run(random.key(0), y)

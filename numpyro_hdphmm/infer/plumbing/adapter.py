@@ -455,6 +455,8 @@ class HDPKernel(MCMCKernel):
             event = (state.info.overflow & needed & late).astype(jnp.int32)
             host_warning(reporting.warn_overflow_rate, jnp.stack([event, event * (state.sweep - self._config[1])], -1),
                          self._spec.capacity, name, int(np.size(state.num_states)), id(self))
+        if self._spec.sites.kind == "hsmm":  # the duration truncation binds (after warmup)
+            host_warning(reporting.warn_max_duration, state.info.at_max_duration & late, name)
         if self._inner is not None:  # divergences of the inner kernel after warmup
             host_warning(reporting.warn_divergence, state.diverging & late, name)
         names = tuple(k for k, v in state.z.items() if jnp.issubdtype(jnp.result_type(v), jnp.inexact)) + ("lp",)

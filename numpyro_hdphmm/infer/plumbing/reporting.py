@@ -8,7 +8,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["OVERFLOW_RATE", "OVERFLOW_EVENTS", "LARGE_CAPACITY", "warn_overflow", "warn_overflow_rate",
+__all__ = ["OVERFLOW_RATE", "OVERFLOW_EVENTS", "LARGE_CAPACITY", "warn_overflow", "warn_overflow_rate", "warn_max_duration",
            "warn_divergence", "nonfinite_sites", "warn_nonfinite", "check_capacity"]
 
 
@@ -57,6 +57,20 @@ def warn_overflow_rate(value, capacity, kernel, num_chains, key):
             "the states left out at the capacity were plausibly needed too and those draws come from the model "
             f"truncated at max_states; increase max_states (e.g. to {2 * capacity}). The `overflow` and `fresh_used` "
             "fields (extra_fields=('overflow', 'fresh_used')) mark those sweeps.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def warn_max_duration(flags, kernel):
+    """An HDP-HSMM sweep after warmup had a segment as long as ``max_duration``: the truncation of the
+    duration laws binds, and longer segments the data may hold were split."""
+    if np.any(np.asarray(flags)):
+        warnings.warn(
+            f"{kernel}: after warmup a segment lasted max_duration steps, so the truncation of the duration laws to "
+            "1..max_duration binds (a longer regime is split into several segments); increase max_duration (the "
+            "sweep's cost grows linearly with it). The `at_max_duration` field (extra_fields=('at_max_duration',)) "
+            "marks those sweeps.",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -1,0 +1,141 @@
+"""Results for the HDP-HSMM: the message-passing core (:func:`hsmm_viterbi`, :func:`hsmm_smoother`,
+:func:`hsmm_forward`) against brute-force enumeration over all ``K^T`` paths (censoring on/off,
+left-censoring, padding, a missing step) and against the HMM with geometric durations; the results
+layer (viterbi, smooth, posterior_state_marginals, marginal_log_likelihood, to_inference_data) at
+the draws of one small fitted posterior; segments_table; duration_posterior; the HMM-only functions
+refusing an HSMM."""
+
+import itertools
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+
+from numpyro_hdphmm._core import hsmm
+from numpyro_hdphmm._core.hmm import hmm_filter, hmm_smoother, hmm_viterbi
+
+K, T, D = 3, 6, 4
+
+
+def _tables(seed, k=K, d=D, left=False):
+    rng = np.random.default_rng(seed)
+    init = rng.dirichlet(np.ones(k))
+    rows = rng.dirichlet(np.ones(k), size=k)
+    log_trans = np.asarray(hsmm.without_self_transitions(jnp.asarray(rows)))
+    log_pmf = np.log(rng.dirichlet(np.ones(d), size=k))
+    log_dur, log_surv = (np.asarray(a) for a in hsmm.duration_tables(jnp.asarray(log_pmf)))
+    first = tuple(np.asarray(a) for a in hsmm.left_censored_tables(jnp.asarray(log_surv))) if left else None
+    ll = rng.normal(size=(T, k)) * 1.5
+    return np.log(init), log_trans, log_dur, log_surv, ll, first
+
+
+CASES = [  # (right_censored, left_censored, length, missing step): one compile per censoring pair
+    (True, False, T, None),
+    (True, False, 5, 3),
+    (False, False, 5, 2),
+    (True, True, 4, None),
+    (False, True, T, 0),
+]
+
+
+def brute_force(li, lt, ld, ls, ll, first, right_censored, length, missing):
+    """All ``K^length`` paths: their log joints ``(paths, log p(z, y))`` with the path padded by
+    its last state, and the prefix probabilities ``Z_t`` of :func:`hsmm_forward`."""
+    mask = np.ones(T, bool)
+    if missing is not None:
+        mask[missing] = False
+
+    all_paths = np.array(list(itertools.product(range(K), repeat=T)))
+
+    def joints_of(n, censored):  # a path's steps >= n are ignored: each prefix is counted K^(T-n) times
+        lp = np.asarray(_log_prob(jnp.asarray(all_paths), li, lt, ld, ls, n, censored, first))
+        emit = np.where((np.arange(T) < n) & mask, ll[np.arange(T), all_paths], 0.0).sum(-1)
+        return lp + emit - (T - n) * np.log(K)
+
+    keep = np.all(all_paths[:, length - 1:] == all_paths[:, length - 1:length], axis=1)  # padding copies
+    paths, joints = all_paths[keep], joints_of(length, right_censored)[keep] + (T - length) * np.log(K)
+    prefix = [logsumexp(joints_of(t + 1, True)) for t in range(length - 1)] + [logsumexp(joints)]
+    return paths, joints, np.array(prefix), mask
+
+
+@partial(jax.jit, static_argnums=(6,))
+def _log_prob(paths, li, lt, ld, ls, n, right_censored, first):
+    return jax.vmap(lambda z: hsmm.hsmm_log_prob(z, li, lt, ld, ls, n, right_censored=right_censored,
+                                                 first=first))(paths)
+
+
+@partial(jax.jit, static_argnames=("right_censored",))
+def _core_all(*args, mask, length, right_censored, first):
+    kw = dict(mask=mask, length=length, right_censored=right_censored, first=first)
+    return (hsmm.hsmm_viterbi(*args, **kw), hsmm.hsmm_smoother(*args, **kw), hsmm.hsmm_forward(*args, **kw),
+            hsmm.hsmm_backward(*args, **kw).marginal_loglik)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.mark.parametrize("right_censored,left,length,missing", CASES)
+def test_core_against_enumeration(right_censored, left, length, missing):
+    li, lt, ld, ls, ll, first = _tables(length + 10 * (missing or 0) + left, left=left)
+    paths, joints, prefix, mask = brute_force(li, lt, ld, ls, ll, first, right_censored, length, missing)
+    kw = dict(mask=jnp.asarray(mask), length=length, right_censored=right_censored, first=first)
+    args = (li, lt, ld, ls, jnp.asarray(ll))
+    total = logsumexp(joints)
+
+    (states, best), post, fwd, backward_total = _core_all(*args, **kw)
+    i = int(np.argmax(joints))
+    np.testing.assert_array_equal(np.asarray(states), paths[i])
+    np.testing.assert_allclose(float(best), joints[i], rtol=1e-10)
+
+    weights = np.exp(joints - total)
+    exact = np.zeros((T, K))
+    for p, w in zip(paths, weights):
+        exact[np.arange(length), p[:length]] += w
+    probs = np.where(np.arange(T)[:, None] < length, np.exp(np.asarray(post.log_smoothed)), 0.0)
+    np.testing.assert_allclose(probs, exact, atol=1e-10)
+    np.testing.assert_allclose(float(post.marginal_loglik), total, rtol=1e-10)
+
+    norms = np.asarray(fwd.log_normalizers)
+    np.testing.assert_allclose(np.cumsum(norms[:length]), prefix, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(norms[length:], 0.0)
+    np.testing.assert_allclose(float(fwd.marginal_loglik), total, rtol=1e-10)
+    np.testing.assert_allclose(norms.sum(), float(backward_total), rtol=1e-10)
+    if missing is not None:
+        assert abs(norms[missing]) < 1e-10  # stochastic rows: a missing step predicts nothing
+
+
+def _geometric(log_a, num_d):
+    """Untruncated geometric duration tables of the HMM's self-transitions: ``p(d) = (1 - a) a^(d-1)``
+    and ``P(D >= d) = a^(d-1)``."""
+    d = np.arange(1, num_d + 1)
+    a = np.exp(np.diag(log_a))
+    log_surv = (d[None] - 1) * np.log(a)[:, None]
+    return log_surv + np.log1p(-a)[:, None], log_surv
+
+
+def test_geometric_durations_are_the_hmm():
+    rng = np.random.default_rng(7)
+    t_max = 12
+    hmm_init = np.log(rng.dirichlet(np.ones(K)))
+    hmm_trans = np.log(rng.dirichlet(np.ones(K), size=K) * 0.4 + np.eye(K) * 0.6)
+    ll = jnp.asarray(rng.normal(size=(t_max, K)))
+    log_dur, log_surv = _geometric(hmm_trans, t_max)  # D = T: no segment is cut
+    lt = hsmm.without_self_transitions(jnp.exp(jnp.asarray(hmm_trans)))
+    mask = jnp.asarray(np.arange(t_max) != 5)
+    args = (jnp.asarray(hmm_init), lt, jnp.asarray(log_dur), jnp.asarray(log_surv), ll)
+    filt = hmm_filter(hmm_init, hmm_trans, ll, mask=mask)
+    fwd = hsmm.hsmm_forward(*args, mask=mask)
+    np.testing.assert_allclose(np.asarray(fwd.log_normalizers), np.asarray(filt.log_normalizers), atol=1e-10)
+    np.testing.assert_allclose(float(fwd.marginal_loglik), float(filt.marginal_loglik), rtol=1e-10)
+    post = hsmm.hsmm_smoother(*args, mask=mask)
+    ref = hmm_smoother(hmm_init, hmm_trans, ll, mask=mask)
+    np.testing.assert_allclose(np.exp(np.asarray(post.log_smoothed)), np.exp(np.asarray(ref.log_smoothed)),
+                               atol=1e-10)
+    states, best = hsmm.hsmm_viterbi(*args, mask=mask)
+    np.testing.assert_array_equal(np.asarray(states), np.asarray(hmm_viterbi(hmm_init, hmm_trans, ll, mask=mask)))

@@ -139,3 +139,90 @@ def test_geometric_durations_are_the_hmm():
                                atol=1e-10)
     states, best = hsmm.hsmm_viterbi(*args, mask=mask)
     np.testing.assert_array_equal(np.asarray(states), np.asarray(hmm_viterbi(hmm_init, hmm_trans, ll, mask=mask)))
+
+
+# ============================================================================ the results layer at posterior draws
+import numpyro_hdphmm as nh  # noqa: E402
+
+S_DRAWS, K_MODEL, T_DATA, D_MAX = 3, 3, 14, 6
+_rng = np.random.default_rng(3)
+Y_DATA = np.concatenate([np.full(5, -2.0), np.full(4, 1.5), np.full(5, -2.0)])[:, None] + 0.3 * _rng.normal(size=(14, 1))
+
+
+def _hsmm_model(right_censoring=True, left_censoring=False):
+    emission = nh.emissions.GaussianNIW.weakly_informative(Y_DATA)
+
+    def model(y):
+        nh.sample("y", nh.HDPHSMM(1.0, 2.0, nh.durations.Poisson(2.0, 0.3), emission, max_states=K_MODEL,
+                                  max_duration=D_MAX, right_censoring=right_censoring,
+                                  left_censoring=left_censoring), obs=y)
+
+    return model, emission
+
+
+@pytest.fixture(scope="module")
+def draws():
+    """Posterior-like draws of the weak-limit HDP-HSMM (rows with self-transitions and an empty
+    column K, Gaussian parameters, Poisson duration rates): the results layer must read the
+    segment process of each draw from them."""
+    rng = np.random.default_rng(11)
+    trans = np.zeros((S_DRAWS, K_MODEL + 1, K_MODEL + 1))
+    trans[..., :K_MODEL] = rng.dirichlet(np.ones(K_MODEL), size=(S_DRAWS, K_MODEL + 1))
+    return {
+        "y_beta": jnp.asarray(np.concatenate([rng.dirichlet(np.ones(K_MODEL), S_DRAWS), np.zeros((S_DRAWS, 1))], 1)),
+        "y_trans": jnp.asarray(trans),
+        "y_mu": jnp.asarray(np.array([[-2.0], [1.5], [0.0]])[None] + 0.2 * rng.normal(size=(S_DRAWS, K_MODEL, 1))),
+        "y_cov": jnp.asarray(np.broadcast_to(np.eye(1) * 0.2, (S_DRAWS, K_MODEL, 1, 1)).copy()),
+        "y_duration_rate": jnp.asarray(rng.gamma(2.0, 2.0, size=(S_DRAWS, K_MODEL))),
+        "y_states": jnp.zeros((S_DRAWS, T_DATA), jnp.int32),
+    }
+
+
+def _draw_tables(model_cls_kwargs, draws, s):
+    """The draw's segment process computed here, independently of the results layer's trace."""
+    hsmm_model = nh.HDPHSMM(1.0, 2.0, nh.durations.Poisson(2.0, 0.3), nh.emissions.GaussianNIW.weakly_informative(Y_DATA),
+                            max_states=K_MODEL, max_duration=D_MAX, **model_cls_kwargs)
+    chain = hsmm_model.semi_markov_chain(draws["y_trans"][s], {"rate": draws["y_duration_rate"][s]}, T_DATA)
+    li, lt, (ld, ls), first = chain.tables()
+    ll = -0.5 * (Y_DATA - draws["y_mu"][s][:, 0][None]) ** 2 / 0.2 - 0.5 * np.log(2 * np.pi * 0.2)
+    return (li, lt, ld, ls, jnp.asarray(ll)), dict(right_censored=chain.right_censored, first=first)
+
+
+def test_results_layer_at_each_draw(draws):
+    censoring = dict(right_censoring=False, left_censoring=True)  # both flags away from their defaults
+    model, _ = _hsmm_model(**censoring)
+    kw = dict(model_args=(jnp.asarray(Y_DATA),))
+    vit = nh.viterbi(model, draws, **kw)
+    sm = nh.smooth(model, draws, **kw)
+    mll = nh.marginal_log_likelihood(model, draws, **kw)
+    mean = nh.posterior_state_marginals(model, draws, **kw)
+    assert vit.states.shape == (S_DRAWS, T_DATA) and sm.probs.shape == (S_DRAWS, T_DATA, K_MODEL)
+    for s in range(S_DRAWS):
+        args, ckw = _draw_tables(censoring, draws, s)
+        (z, best), post, _, total = _core_all(*args, mask=jnp.ones(T_DATA, bool), length=T_DATA, **ckw)
+        total = float(total)
+        np.testing.assert_array_equal(np.asarray(vit.states[s]), np.asarray(z))
+        np.testing.assert_allclose(float(vit.log_joint[s]), float(best), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(sm.probs[s]), np.exp(np.asarray(post.log_smoothed)), atol=1e-6)
+        np.testing.assert_allclose(float(sm.log_likelihood[s]), total, rtol=1e-6)
+        np.testing.assert_allclose(float(mll.total[s]), total, rtol=1e-6)
+        np.testing.assert_allclose(float(np.sum(mll.pointwise[s])), total, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(mean), np.asarray(sm.probs).mean(0), atol=1e-6)
+    # negative control: the HMM recursions on the same rows (self-transitions kept) give another answer
+    li, la = (np.asarray(a) for a in nh.results.posterior.log_hmm_parameters(draws["y_trans"][0]))
+    args, ckw = _draw_tables(censoring, draws, 0)
+    hmm_ll = float(hmm_filter(li, la, args[-1]).marginal_loglik)
+    assert abs(hmm_ll - float(mll.total[0])) > 1e-2
+
+
+def test_hmm_only_functions_refuse_an_hsmm(draws):
+    model, emission = _hsmm_model()
+    with pytest.raises(NotImplementedError, match="forecast"):
+        nh.forecast(jax.random.PRNGKey(0), draws, model, 3, model_args=(jnp.asarray(Y_DATA),))
+    with pytest.raises(NotImplementedError, match="duration"):
+        nh.viterbi(emission, draws, Y_DATA)
+    with pytest.raises(NotImplementedError, match="duration"):
+        nh.diagnostics.predictive_log_likelihood(draws, emission, Y_DATA)
+    with pytest.raises(NotImplementedError, match="particle"):
+        nh.marginal_log_likelihood(model, draws, model_args=(jnp.asarray(Y_DATA),), method="particle",
+                                   rng_key=jax.random.PRNGKey(0))

@@ -27,6 +27,18 @@ function                            per draw ``s`` (``B`` = the sequence axes, `
                                     (the forward filter's normalizers, eq. 103)
 ==================================  =========================================================
 
+**HDP-HSMM.**  For a model of class ``"hsmm"`` (:class:`~numpyro_hdphmm.HDPHSMM`, read from the
+observed site's model object) each draw's model is instead its states site's segment process
+(:class:`~numpyro_hdphmm.SemiMarkovChain` traced at the draw: start row, rows without the
+self-transition, the truncated duration laws at ``{name}_duration_*``, the model's censoring;
+:class:`SemiMarkovDraws`), and the explicit-duration messages of :mod:`numpyro_hdphmm._core.hsmm`
+replace the HMM's: :func:`~numpyro_hdphmm._core.hsmm.hsmm_viterbi` (the most likely
+segmentation), :func:`~numpyro_hdphmm._core.hsmm.hsmm_smoother` and the one-step-ahead
+normalizers of :func:`~numpyro_hdphmm._core.hsmm.hsmm_forward` (states and durations summed out).
+``renormalize`` then renormalizes the start row only (the segment rows are always renormalized
+over the represented states); ``method="particle"``, :func:`numpyro_hdphmm.forecast` and the
+calls given an EmissionFamily instead of the model raise ``NotImplementedError``.
+
 **Unrepresented states.**  Column ``K`` of ``{name}_trans`` (the mass of the states that are not
 represented; zero under the weak limit) is dropped, so the rows are sub-stochastic and the
 HMM is that of the paths which never leave the represented states.  Smoothing and Viterbi are

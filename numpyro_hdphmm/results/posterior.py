@@ -227,7 +227,9 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
     def chain_of(tr):
         chain = tr.get(f"{name}_states", {}).get("fn")
         if chain is None or not hasattr(chain, "tables"):
-            raise ValueError(f"`model`: the HDP-HSMM {name!r} has no states site '{name}_states' with a segment process.")
+            raise ValueError(
+                f"`model`: the HDP-HSMM {name!r} has no states site '{name}_states' with a segment process."
+            )
         return chain
 
     def traced(samples):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

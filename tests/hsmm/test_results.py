@@ -146,7 +146,8 @@ import numpyro_hdphmm as nh  # noqa: E402
 
 S_DRAWS, K_MODEL, T_DATA, D_MAX = 3, 3, 14, 6
 _rng = np.random.default_rng(3)
-Y_DATA = np.concatenate([np.full(5, -2.0), np.full(4, 1.5), np.full(5, -2.0)])[:, None] + 0.3 * _rng.normal(size=(14, 1))
+Y_DATA = (np.concatenate([np.full(5, -2.0), np.full(4, 1.5), np.full(5, -2.0)])[:, None]
+          + 0.3 * _rng.normal(size=(14, 1)))
 
 
 def _hsmm_model(right_censoring=True, left_censoring=False):
@@ -180,7 +181,8 @@ def draws():
 
 def _draw_tables(model_cls_kwargs, draws, s):
     """The draw's segment process computed here, independently of the results layer's trace."""
-    hsmm_model = nh.HDPHSMM(1.0, 2.0, nh.durations.Poisson(2.0, 0.3), nh.emissions.GaussianNIW.weakly_informative(Y_DATA),
+    emission = nh.emissions.GaussianNIW.weakly_informative(Y_DATA)
+    hsmm_model = nh.HDPHSMM(1.0, 2.0, nh.durations.Poisson(2.0, 0.3), emission,
                             max_states=K_MODEL, max_duration=D_MAX, **model_cls_kwargs)
     chain = hsmm_model.semi_markov_chain(draws["y_trans"][s], {"rate": draws["y_duration_rate"][s]}, T_DATA)
     li, lt, (ld, ls), first = chain.tables()

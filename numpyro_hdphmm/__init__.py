@@ -28,6 +28,7 @@ from numpyro_hdphmm.models.hsmm import HDPHSMM, SemiMarkovChain
 from numpyro_hdphmm.primitives import sample
 from numpyro_hdphmm.results import (
     diagnostics,
+    duration_posterior,
     forecast,
     labels,
     marginal_log_likelihood,
@@ -35,6 +36,7 @@ from numpyro_hdphmm.results import (
     posterior,
     posterior_state_marginals,
     relabel_samples,
+    segments_table,
     smooth,
     to_inference_data,
     viterbi,
@@ -55,6 +57,7 @@ __all__ = [
     "WeakLimitBeta",
     "datasets",
     "diagnostics",
+    "duration_posterior",
     "durations",
     "emissions",
     "forecast",
@@ -68,6 +71,7 @@ __all__ = [
     "relabel_samples",
     "results",
     "sample",
+    "segments_table",
     "smooth",
     "to_inference_data",
     "viterbi",

@@ -61,6 +61,11 @@ __all__ = [
     "hsmm_log_prob",
     "segments",
     "sample_segments",
+    "HSMMPosterior",
+    "HSMMFilter",
+    "hsmm_viterbi",
+    "hsmm_forward",
+    "hsmm_smoother",
 ]
 
 
@@ -290,3 +295,191 @@ def sample_segments(rng_key, log_init, log_rows, log_dur, num_steps: int, *, fir
     keys = random.split(rng_key, num_steps)
     (_, _, escapes), states = lax.scan(body, (jnp.int32(0), jnp.int32(0), jnp.int32(0)), (jnp.arange(num_steps), keys))
     return states, escapes
+
+
+# ============================================================================ results: Viterbi, forward, smoother
+def _max_backward(log_init, log_trans, log_dur, log_surv, ll, length, right_censored, first):
+    r"""Max-product backward messages: ``(log_end*, log_start*, log_start_first*, max log p(z, y))``,
+    the recursions of :func:`hsmm_backward` with ``max`` in place of the sums (``ll`` prepared)."""
+    t_max, k = ll.shape
+    num_d = log_dur.shape[-1]
+    dtype = ll.dtype
+    ninf = _neg_inf(dtype)
+
+    def body(carry, t):
+        window, ends, start_next = carry
+        end_t = jnp.where(t == length - 1, jnp.zeros((k,), dtype), jnp.max(log_trans + start_next[None, :], axis=-1))
+        end_t = jnp.where(t < length, end_t, ninf)
+        window = jnp.concatenate([jnp.zeros((1, k), dtype), window[:-1]], 0) + ll[t][None, :]
+        ends = jnp.concatenate([end_t[None], ends[:-1]], 0)
+        start_t = jnp.max(_segment_terms(log_dur, log_surv, window, ends, t, length, right_censored), axis=0)
+        return (window, ends, start_t), (end_t, start_t)
+
+    init = (jnp.zeros((num_d, k), dtype), jnp.full((num_d, k), ninf), jnp.full((k,), ninf))
+    (window, ends, _), (log_end, log_start) = lax.scan(body, init, jnp.arange(t_max), reverse=True)
+    if first is None:
+        start_first = log_start[0]
+    else:
+        start_first = jnp.max(_segment_terms(*first, window, ends, 0, length, right_censored), axis=0)
+    return log_end, log_start, start_first, jnp.max(log_init + start_first)
+
+
+def hsmm_viterbi(log_init, log_trans, log_dur, log_surv, ll, mask=None, length=None, *,
+                 right_censored: bool = True, first: Optional[Tuple] = None):
+    r"""The most likely segmentation of one sequence: ``(states (T,), log p(z*, y))``.
+
+    Max-product backward messages (those of the module docstring with ``max`` for the sums:
+    ``E*_t(i) = max_j A_ij S*_{t+1}(j)``, ``S*_t(j) = max_d p_j(d) prod_s e_s(j) E*_{t+d-1}(j)``),
+    then a forward decode that, at each segment start ``t``, takes the maximizing state
+    (``argmax pi S*_0`` at ``t = 0``, else ``argmax_j A[z_prev, j] S*_t(j)``) and the maximizing
+    duration (the largest term of ``S*_t(z)``).  Ties go to the lowest state and the shortest
+    duration.  Padded steps copy the last valid state.  ``O(T K (D + K))``."""
+    log_init, log_trans, log_dur, log_surv = (jnp.asarray(a) for a in (log_init, log_trans, log_dur, log_surv))
+    first = None if first is None else tuple(jnp.asarray(a) for a in first)
+    ll, length = _prepared(ll, mask, length)
+    log_end, log_start, start_first, best = _max_backward(log_init, log_trans, log_dur, log_surv, ll, length,
+                                                          right_censored, first)
+    t_max, k = ll.shape
+    num_d = log_dur.shape[-1]
+    dtype = ll.dtype
+    pad = lambda a, fill: jnp.concatenate([a, jnp.full((num_d, k), fill, dtype)], 0)
+    ll_pad, end_pad = pad(ll, 0.0), pad(log_end, -jnp.inf)
+    first_dur, first_surv = (log_dur, log_surv) if first is None else first
+
+    def body(carry, t):
+        state, remaining = carry
+        logits = jnp.where(t == 0, log_init + start_first, log_trans[state] + log_start[t])
+        new_state = jnp.argmax(logits).astype(jnp.int32)
+        window = jnp.cumsum(lax.dynamic_slice(ll_pad, (t, 0), (num_d, k))[:, new_state])
+        ends = lax.dynamic_slice(end_pad, (t, 0), (num_d, k))[:, new_state]
+        dur_row = jnp.where(t == 0, first_dur[new_state], log_dur[new_state])
+        surv_row = jnp.where(t == 0, first_surv[new_state], log_surv[new_state])
+        terms = _segment_terms(dur_row[None], surv_row[None], window[:, None], ends[:, None], t, length,
+                               right_censored)[:, 0]
+        duration = jnp.argmax(terms) + 1
+        starts = (remaining == 0) & (t < length)
+        state = jnp.where(starts, new_state, state).astype(jnp.int32)
+        remaining = (jnp.where(starts, duration, remaining) - (t < length)).astype(jnp.int32)
+        return (state, remaining), state
+
+    _, states = lax.scan(body, (jnp.int32(0), jnp.int32(0)), jnp.arange(t_max))
+    return states.astype(jnp.int32), best
+
+
+class HSMMFilter(NamedTuple):
+    r"""Result of :func:`hsmm_forward` (one sequence of ``T`` steps, ``K`` states).
+
+    log_seg_end : ``(T, K)`` ``log F_t(k) = log p(y_{0:t}, a segment of k ends at t)`` (the last
+        valid step's term with the survival when right-censored; ``-inf`` on padding)
+    log_seg_start : ``(T, K)`` ``log B_t(k) = log p(y_{0:t-1}, a segment of k starts at t)``
+        (``log pi`` at ``t = 0``)
+    log_normalizers : ``(T,)`` ``log p(y_t | y_{0:t-1})`` (0 on padding; see :func:`hsmm_forward`)
+    marginal_loglik : ``log p(y)``, the sum of ``log_normalizers`` (that of :func:`hsmm_backward`)
+    """
+
+    log_seg_end: jax.Array
+    log_seg_start: jax.Array
+    log_normalizers: jax.Array
+    marginal_loglik: jax.Array
+
+
+def hsmm_forward(log_init, log_trans, log_dur, log_surv, ll, mask=None, length=None, *,
+                 right_censored: bool = True, first: Optional[Tuple] = None) -> HSMMFilter:
+    r"""Forward segment messages and the one-step-ahead predictive of one sequence: :class:`HSMMFilter`.
+
+    With ``B_0 = pi`` and ``B_t(j) = sum_i F_{t-1}(i) A_ij``,
+
+    .. math::
+
+        F_t(j) = \sum_{d=1}^{\min(D, t+1)} B_{t-d+1}(j)\, p_j(d) \prod_{s=t-d+1}^{t} e_s(j),
+        \qquad
+        G_t(j) = \sum_{d=1}^{\min(D, t+1)} B_{t-d+1}(j)\, P_j(D \ge d) \prod_{s=t-d+1}^{t} e_s(j)
+
+    (the first segment's own law with ``first``; at the last valid step ``F`` takes the survival
+    when ``right_censored``).  ``Z_t = sum_j G_t(j) = p(y_{0:t})`` is the probability of the prefix
+    under the segment process with the segment in progress at ``t`` free to go on, and ``Z_{n-1} =
+    sum_j F_{n-1}(j) = p(y)`` (the model's own end of sequence).  The normalizers are ``log Z_t -
+    log Z_{t-1}`` (``Z_{-1} = 1``): the one-step-ahead predictive ``log p(y_t | y_{0:t-1})``
+    with the states and durations summed out, the last one also carrying the probability that
+    the last segment ends exactly at the end (``0`` extra when right-censored); they sum to
+    ``log p(y)``.  A missing step's normalizer is 0 with stochastic rows.  One ``lax.scan`` with the
+    last ``D`` values of ``B`` and the window sums in its carry: ``O(T K (D + K))``."""
+    log_init, log_trans, log_dur, log_surv = (jnp.asarray(a) for a in (log_init, log_trans, log_dur, log_surv))
+    first = None if first is None else tuple(jnp.asarray(a) for a in first)
+    ll, length = _prepared(ll, mask, length)
+    t_max, k = ll.shape
+    num_d = log_dur.shape[-1]
+    dtype = ll.dtype
+    ninf = _neg_inf(dtype)
+    first_dur, first_surv = (log_dur, log_surv) if first is None else first
+    d = jnp.arange(1, num_d + 1)
+
+    def body(carry, t):
+        window, starts, end_prev, z_prev = carry  # window[d-1] = sum_{s=t-d+1}^{t-1} ll[s]; starts[d-1] = B_{t-d+1}
+        start_t = jnp.where(t == 0, log_init, logsumexp(end_prev[:, None] + log_trans, axis=0))
+        window = jnp.concatenate([jnp.zeros((1, k), dtype), window[:-1]], 0) + ll[t][None, :]
+        starts = jnp.concatenate([start_t[None], starts[:-1]], 0)
+        seg_start = t - d + 1
+        is_first = (seg_start == 0)[:, None]
+        dur = jnp.where(is_first, first_dur.T, log_dur.T)
+        surv = jnp.where(is_first, first_surv.T, log_surv.T)
+        fits = (seg_start >= 0)[:, None]
+        last = t == length - 1
+        end_law = jnp.where(last & right_censored, surv, dur)
+        end_t = logsumexp(jnp.where(fits, starts + window + end_law, -jnp.inf), axis=0)
+        alive = logsumexp(jnp.where(fits, starts + window + surv, -jnp.inf))
+        z_t = jnp.where(last, logsumexp(end_t), alive)
+        valid = t < length
+        norm = jnp.where(valid, z_t - z_prev, 0.0)
+        end_t = jnp.where(valid, end_t, ninf)
+        start_t = jnp.where(valid, start_t, ninf)
+        return (window, starts, end_t, jnp.where(valid, z_t, z_prev)), (end_t, start_t, norm)
+
+    init = (jnp.zeros((num_d, k), dtype), jnp.full((num_d, k), ninf), jnp.full((k,), ninf), jnp.zeros((), dtype))
+    (_, _, _, z_last), (log_seg_end, log_seg_start, norms) = lax.scan(body, init, jnp.arange(t_max))
+    return HSMMFilter(log_seg_end, log_seg_start, norms, z_last)
+
+
+class HSMMPosterior(NamedTuple):
+    r"""Result of :func:`hsmm_smoother`: ``log_smoothed (T, K)`` ``log p(z_t = k | y)`` (``-inf`` on
+    padding), ``log_start_probs``/``log_end_probs (T, K)`` the posterior log probabilities that a
+    segment of ``k`` starts / ends at ``t``, and ``marginal_loglik`` ``log p(y)``."""
+
+    log_smoothed: jax.Array
+    log_start_probs: jax.Array
+    log_end_probs: jax.Array
+    marginal_loglik: jax.Array
+
+
+def hsmm_smoother(log_init, log_trans, log_dur, log_surv, ll, mask=None, length=None, *,
+                  right_censored: bool = True, first: Optional[Tuple] = None) -> HSMMPosterior:
+    r"""Posterior state marginals of one sequence: :class:`HSMMPosterior`.
+
+    Segment starts and ends from the forward (:func:`hsmm_forward`) and backward
+    (:func:`hsmm_backward`) messages, ``p(start of k at t | y) = B_t(k) S_t(k) / p(y)`` (``S_0``
+    with the first segment's law) and ``p(end of k at t | y) = F_t(k) E_t(k) / p(y)``; a step is
+    in a segment of ``k`` exactly when one started at or before it and none ended before it, so
+
+    .. math::
+
+        p(z_t = k \mid y) = \sum_{s \le t} p(\text{start}_s = k \mid y)
+                           - \sum_{s < t} p(\text{end}_s = k \mid y)
+
+    (cumulative sums, clipped to ``[0, 1]`` against rounding).  ``O(T K (D + K))``."""
+    fwd = hsmm_forward(log_init, log_trans, log_dur, log_surv, ll, mask, length,
+                       right_censored=right_censored, first=first)
+    bwd = hsmm_backward(log_init, log_trans, log_dur, log_surv, ll, mask, length,
+                        right_censored=right_censored, first=first)
+    t_max = ll.shape[0]
+    length = jnp.asarray(t_max if length is None else length, jnp.int32)
+    valid = (jnp.arange(t_max) < length)[:, None]
+    total = bwd.marginal_loglik
+    start_msgs = bwd.log_start.at[0].set(bwd.log_start_first)
+    log_starts = jnp.where(valid, fwd.log_seg_start + start_msgs - total, -jnp.inf)
+    log_ends = jnp.where(valid, fwd.log_seg_end + bwd.log_end - total, -jnp.inf)
+    started = jnp.cumsum(jnp.exp(log_starts), axis=0)
+    ended = jnp.cumsum(jnp.exp(log_ends), axis=0) - jnp.exp(log_ends)
+    probs = jnp.clip(started - ended, 0.0, 1.0)
+    tiny = jnp.finfo(probs.dtype).tiny
+    log_probs = jnp.where(valid & (probs > 0), jnp.log(jnp.maximum(probs, tiny)), -jnp.inf)
+    return HSMMPosterior(log_probs, log_starts, log_ends, total)

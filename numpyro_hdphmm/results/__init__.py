@@ -5,6 +5,9 @@ r"""What to do with posterior draws of an HDP-HMM, by purpose.
   :func:`marginal_log_likelihood`);
 * :mod:`~numpyro_hdphmm.results.labels`: label switching undone (:func:`relabel_samples`), the
   Bayes point estimate of the segmentation (:func:`point_segmentation`), per-state summaries;
+* :mod:`~numpyro_hdphmm.results.segments`: the table of segments of state sequences
+  (:func:`segments_table`) and the posterior of each state's duration law
+  (:func:`duration_posterior`);
 * :mod:`~numpyro_hdphmm.results.predictive`: forecasts past the end of the data
   (:func:`forecast`);
 * :mod:`~numpyro_hdphmm.results.arviz`: ArviZ conversion (:func:`to_inference_data`);
@@ -15,15 +18,17 @@ Every name here is also an attribute of :mod:`numpyro_hdphmm` (``nh.viterbi``,
 ``nh.diagnostics``, ``nh.labels``, ...).
 """
 
-from numpyro_hdphmm.results import arviz, diagnostics, labels, posterior, predictive
+from numpyro_hdphmm.results import arviz, diagnostics, labels, posterior, predictive, segments
 from numpyro_hdphmm.results.arviz import to_inference_data
 from numpyro_hdphmm.results.labels import point_segmentation, relabel_samples
 from numpyro_hdphmm.results.posterior import marginal_log_likelihood, posterior_state_marginals, smooth, viterbi
 from numpyro_hdphmm.results.predictive import forecast
+from numpyro_hdphmm.results.segments import duration_posterior, segments_table
 
 __all__ = [
     "arviz",
     "diagnostics",
+    "duration_posterior",
     "forecast",
     "labels",
     "marginal_log_likelihood",
@@ -32,6 +37,8 @@ __all__ = [
     "posterior_state_marginals",
     "predictive",
     "relabel_samples",
+    "segments",
+    "segments_table",
     "smooth",
     "to_inference_data",
     "viterbi",

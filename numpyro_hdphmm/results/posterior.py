@@ -27,6 +27,18 @@ function                            per draw ``s`` (``B`` = the sequence axes, `
                                     (the forward filter's normalizers, eq. 103)
 ==================================  =========================================================
 
+**HDP-HSMM.**  For a model of class ``"hsmm"`` (:class:`~numpyro_hdphmm.HDPHSMM`, read from the
+observed site's model object) each draw's model is instead its states site's segment process
+(:class:`~numpyro_hdphmm.SemiMarkovChain` traced at the draw: start row, rows without the
+self-transition, the truncated duration laws at ``{name}_duration_*``, the model's censoring;
+:class:`SemiMarkovDraws`), and the explicit-duration messages of :mod:`numpyro_hdphmm._core.hsmm`
+replace the HMM's: :func:`~numpyro_hdphmm._core.hsmm.hsmm_viterbi` (the most likely
+segmentation), :func:`~numpyro_hdphmm._core.hsmm.hsmm_smoother` and the one-step-ahead
+normalizers of :func:`~numpyro_hdphmm._core.hsmm.hsmm_forward` (states and durations summed out).
+``renormalize`` then renormalizes the start row only (the segment rows are always renormalized
+over the represented states); ``method="particle"``, :func:`numpyro_hdphmm.forecast` and the
+calls given an EmissionFamily instead of the model raise ``NotImplementedError``.
+
 **Unrepresented states.**  Column ``K`` of ``{name}_trans`` (the mass of the states that are not
 represented; zero under the weak limit) is dropped, so the rows are sub-stochastic and the
 HMM is that of the paths which never leave the represented states.  Smoothing and Viterbi are
@@ -69,6 +81,8 @@ from jax.scipy.special import logsumexp
 from numpyro import handlers
 
 from numpyro_hdphmm._core.hmm import hmm_filter, hmm_smoother, hmm_viterbi
+from numpyro_hdphmm._core.hsmm import hsmm_forward, hsmm_smoother, hsmm_viterbi
+from numpyro_hdphmm._core.roles import MODEL_KEY
 from numpyro_hdphmm._core.random import uniform_open
 from numpyro_hdphmm._core.smc import adapted_filter
 from numpyro_hdphmm._core.validation import check_static_int, is_concrete
@@ -84,6 +98,7 @@ __all__ = [
     "posterior_state_marginals",
     "marginal_log_likelihood",
     "HMMDraws",
+    "SemiMarkovDraws",
     "flatten_draws",
     "trace_emission",
     "hmm_draws",
@@ -106,6 +121,9 @@ class HMMDraws(NamedTuple):
     samples : every site of the samples whose leading axes are the draw axes, flattened
     observations : the model's observed ``y`` (``None`` unless traced from a model)
     lengths : the model's ``lengths`` (``None`` unless traced from a model that has them)
+    kind : the model class's ``kind`` (``"hmm"``, or ``"hsmm"`` for :class:`~numpyro_hdphmm.HDPHSMM`;
+        ``"hmm"`` when read from an EmissionFamily)
+    segments : :class:`SemiMarkovDraws` of an HDP-HSMM, else ``None``
     """
 
     trans: jax.Array
@@ -116,6 +134,28 @@ class HMMDraws(NamedTuple):
     samples: Dict[str, jax.Array]
     observations: Optional[jax.Array]
     lengths: Optional[jax.Array]
+    kind: str = "hmm"
+    segments: Optional["SemiMarkovDraws"] = None
+
+
+class SemiMarkovDraws(NamedTuple):
+    """The segment process of each draw of an HDP-HSMM (its states site's
+    :class:`~numpyro_hdphmm.SemiMarkovChain` at the draw, :meth:`~numpyro_hdphmm.SemiMarkovChain.tables`),
+    in the conventions of :mod:`numpyro_hdphmm._core.hsmm`.
+
+    log_init : ``(S, K)`` the start row
+    log_trans : ``(S, K, K)`` the rows with the self-transition removed (``-inf`` diagonal)
+    log_dur, log_surv : ``(S, K, D)`` the truncated duration pmf and survival of ``d = 1..D``
+    first : ``None``, or the left-censored first segment's ``(log_dur, log_surv)`` ``(S, K, D)`` each
+    right_censored : bool, the last segment's term is its survival
+    """
+
+    log_init: jax.Array
+    log_trans: jax.Array
+    log_dur: jax.Array
+    log_surv: jax.Array
+    first: Optional[Tuple[jax.Array, jax.Array]]
+    right_censored: bool
 
 
 def flatten_draws(samples, name: str = "y", batch_ndims: Optional[int] = None):
@@ -156,11 +196,21 @@ def trace_emission(model: Callable, flat, name: str = "y", model_args: tuple = (
     at the first draw for the observed ``y`` and ``lengths`` (``observations`` is ``None`` when
     the site is not observed with these arguments); one jitted call.  When the family's leaves
     are the same at every draw it is returned once (``emission_batched=False``), which shares
-    compiled code between calls.
+    compiled code between calls.  :func:`trace_model` also reads the model class and, for an
+    HDP-HSMM, the segment process of each draw.
     """
+    return trace_model(model, flat, name, model_args, model_kwargs)[:4]
+
+
+def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), model_kwargs: Optional[dict] = None):
+    """``(emission, emission_batched, observations, lengths, kind, segments)``: :func:`trace_emission`
+    and the model class's ``kind`` (the observed site's ``infer["hdphmm_model"].kind``) with, for
+    ``kind == "hsmm"``, the :class:`SemiMarkovDraws` read at every draw from the states site's
+    :class:`~numpyro_hdphmm.SemiMarkovChain` (its ``tables()``: the duration laws at the draw's
+    ``{name}_duration_*`` values), else ``None``."""
     model_kwargs = dict(model_kwargs or {})
 
-    def site_at(draw):
+    def trace_at(draw):
         tr = handlers.trace(handlers.seed(handlers.substitute(model, data=draw), rng_seed=0)).get_trace(
             *model_args, **model_kwargs
         )
@@ -170,22 +220,44 @@ def trace_emission(model: Callable, flat, name: str = "y", model_args: tuple = (
                 f"`model`: the model has no HDP-HMM observation site {name!r} declared with "
                 f"numpyro_hdphmm.sample({name!r}, ...); pass `name=` or an EmissionFamily."
             )
-        return site
+        return tr
 
-    observed = []
+    static = []
+
+    def chain_of(tr):
+        chain = tr.get(f"{name}_states", {}).get("fn")
+        if chain is None or not hasattr(chain, "tables"):
+            raise ValueError(
+                f"`model`: the HDP-HSMM {name!r} has no states site '{name}_states' with a segment process."
+            )
+        return chain
 
     def traced(samples):
-        families = jax.vmap(lambda d: site_at(d)["fn"].emission)(samples)
-        site = site_at(jax.tree_util.tree_map(lambda v: v[0], samples))
-        observed.append(site["is_observed"])  # static: recorded while tracing
-        return families, site["value"], site["fn"].lengths
+        tr0 = trace_at(jax.tree_util.tree_map(lambda v: v[0], samples))
+        site = tr0[name]
+        kind = getattr((site.get("infer") or {}).get(MODEL_KEY), "kind", "hmm")
+        right_censored = bool(getattr(chain_of(tr0), "right_censored", True)) if kind == "hsmm" else None
+        static.extend([site["is_observed"], kind, right_censored])  # static: recorded while tracing
 
-    families, value, lengths = jax.jit(traced)(flat)
+        def per_draw(d):
+            tr = trace_at(d)
+            tables = None
+            if kind == "hsmm":
+                log_init, log_trans, (log_dur, log_surv), first = chain_of(tr).tables()
+                tables = (log_init, log_trans, log_dur, log_surv, first)
+            return tr[name]["fn"].emission, tables
+
+        families, tables = jax.vmap(per_draw)(samples)
+        return families, site["value"], site["fn"].lengths, tables
+
+    families, value, lengths, tables = jax.jit(traced)(flat)
+    observed, kind, right_censored = static
     leaves = jax.tree_util.tree_leaves(families)
     batched = not all(is_concrete(v) and bool(jnp.all(v == v[:1])) for v in leaves)
     if not batched:
         families = jax.tree_util.tree_map(lambda v: v[0], families)
-    return families, batched, (value if observed[0] else None), lengths
+    segments = None if tables is None else SemiMarkovDraws(*tables, right_censored)
+    return families, batched, (value if observed else None), lengths, kind, segments
 
 
 def hmm_draws(samples, model_or_emission, name: str = "y", model_args: tuple = (),
@@ -199,11 +271,20 @@ def hmm_draws(samples, model_or_emission, name: str = "y", model_args: tuple = (
     flat, lead = flatten_draws(samples, name, batch_ndims)
     trans = flat[f"{name}_trans"]
     num_states = trans.shape[-1] - 1
-    observations = lengths = None
+    observations = lengths = segments = None
+    kind = "hmm"
     if isinstance(model_or_emission, EmissionFamily):
         emission, batched = model_or_emission, False
+        durations = sorted(k for k in flat if k.startswith(f"{name}_duration_"))
+        if durations:
+            raise NotImplementedError(
+                f"the samples hold duration sites {durations}: an HDP-HSMM's results need its duration laws, which "
+                "only the model gives. Pass the model (not its EmissionFamily) to viterbi/smooth/"
+                "posterior_state_marginals/marginal_log_likelihood; results from an EmissionFamily alone "
+                "(predictive_log_likelihood) are HMM-only."
+            )
     elif callable(model_or_emission):
-        emission, batched, observations, lengths = trace_emission(
+        emission, batched, observations, lengths, kind, segments = trace_model(
             model_or_emission, flat, name, tuple(model_args), model_kwargs
         )
     else:
@@ -220,7 +301,7 @@ def hmm_draws(samples, model_or_emission, name: str = "y", model_args: tuple = (
                 f"`samples[{f'{name}_{p}'!r}]` must have shape {lead + (num_states,)} + parameter shape, "
                 f"got {jnp.shape(samples[f'{name}_{p}'])}."
             )
-    return HMMDraws(trans, params, emission, batched, lead, flat, observations, lengths)
+    return HMMDraws(trans, params, emission, batched, lead, flat, observations, lengths, kind, segments)
 
 
 def log_hmm_parameters(trans, renormalize: bool = False):
@@ -369,6 +450,94 @@ def _map_draws(kind, trans, params, emission, y, lengths, renormalize, emission_
     return lax.map(one, (log_init, log_trans, params, fams, keys), batch_size=batch_size)
 
 
+def _segment_args(segments, renormalize):
+    """Per-draw leaves of :class:`SemiMarkovDraws` for ``lax.map``/``lax.scan``: ``(log_init,
+    log_trans, log_dur, log_surv, first)`` (``renormalize``: the start row over the ``K`` states)."""
+    log_init = segments.log_init
+    if renormalize:
+        log_init = log_init - logsumexp(log_init, axis=-1, keepdims=True)
+    return log_init, segments.log_trans, segments.log_dur, segments.log_surv, segments.first
+
+
+def _hsmm_kind(kind, tables, ll, valid, lengths, right_censored):
+    """``kind`` (viterbi / smooth / marginal) of one draw of an HDP-HSMM on the sequences ``ll (N,
+    T, K)``, ``valid (N, T)``: the explicit-duration messages of :mod:`numpyro_hdphmm._core.hsmm`
+    vmapped over the sequences, with the outputs of the HMM kinds."""
+    li, la, ld, ls, first = tables
+    t_max = ll.shape[1]
+    inside = jnp.arange(t_max) < lengths[:, None]
+
+    def per_sequence(fn):
+        return jax.vmap(lambda l, v, n: fn(li, la, ld, ls, l, v, n, right_censored=right_censored, first=first))(
+            ll, valid, lengths)
+
+    if kind == "viterbi":
+        z, best = per_sequence(hsmm_viterbi)
+        return jnp.where(inside, z, -1), best
+    if kind == "smooth":
+        post = per_sequence(hsmm_smoother)
+        return jnp.where(inside[..., None], jnp.exp(post.log_smoothed), 0.0), post.marginal_loglik
+    if kind == "marginal":
+        fwd = per_sequence(hsmm_forward)
+        return _one_step_terms(fwd.log_normalizers, valid), fwd.marginal_loglik, valid
+    raise NotImplementedError(
+        f"{kind!r} for an HDP-HSMM: the particle filter of method='particle' is written for the HMM; use "
+        "method='forward' (exact explicit-duration messages)."
+    )
+
+
+@partial(jax.jit, static_argnames=("kind", "renormalize", "emission_batched", "batch_size", "right_censored"))
+def _map_hsmm_draws(kind, segments, params, emission, y, lengths, renormalize, emission_batched, batch_size,
+                    right_censored):
+    """``kind`` at every draw of an HDP-HSMM (``segments``: the leaves of :class:`SemiMarkovDraws`)."""
+    inputs = _draw_inputs(y, lengths)
+
+    def one(args):
+        tables, pr, fam = args
+        ll, valid = inputs(pr, fam if emission_batched else emission)
+        return _hsmm_kind(kind, tables, ll, valid, lengths, right_censored)
+
+    fams = emission if emission_batched else None
+    return lax.map(one, (_segment_args(segments, renormalize), params, fams), batch_size=batch_size)
+
+
+@partial(jax.jit, static_argnames=("renormalize", "emission_batched", "right_censored"))
+def _mean_hsmm_marginals(segments, params, emission, y, lengths, renormalize, emission_batched, right_censored):
+    """:func:`_mean_marginals` of an HDP-HSMM."""
+    inputs = _draw_inputs(y, lengths)
+    tables = _segment_args(segments, renormalize)
+    num_draws, k = tables[0].shape
+
+    def step(total, args):
+        tabs, pr, fam = args
+        ll, valid = inputs(pr, fam if emission_batched else emission)
+        probs, _ = _hsmm_kind("smooth", tabs, ll, valid, lengths, right_censored)
+        return total + probs, None
+
+    zero = jnp.zeros(y.shape[:2] + (k,), tables[0].dtype)
+    fams = emission if emission_batched else None
+    total, _ = lax.scan(step, zero, (tables, params, fams))
+    return total / num_draws
+
+
+def _run_kind(kind, draws, y3, lengths, renormalize, batch_size, keys=None, num_particles=0):
+    """Dispatch on the model class: the HMM's ``_map_draws`` or the HDP-HSMM's ``_map_hsmm_draws``."""
+    if draws.kind == "hsmm":
+        if kind == "particle":
+            raise NotImplementedError(
+                "marginal_log_likelihood(method='particle') for an HDP-HSMM: the particle filter is written for the "
+                "HMM's rows; use method='forward' (exact explicit-duration messages)."
+            )
+        segs = draws.segments
+        return _map_hsmm_draws(kind, segs._replace(right_censored=None),
+                               draws.params, draws.emission, y3, lengths, renormalize, draws.emission_batched,
+                               batch_size, segs.right_censored)
+    if draws.kind != "hmm":
+        raise NotImplementedError(f"state posteriors for the model class {draws.kind!r}: only 'hmm' and 'hsmm'.")
+    return _map_draws(kind, draws.trans, draws.params, draws.emission, y3, lengths, renormalize,
+                      draws.emission_batched, batch_size, keys, num_particles)
+
+
 @partial(jax.jit, static_argnames=("renormalize", "emission_batched"))
 def _mean_marginals(trans, params, emission, y, lengths, renormalize, emission_batched):
     """``(1/S) sum_s p(z_t = k | y, theta^(s))`` by a scan over draws (memory of one draw)."""
@@ -484,8 +653,7 @@ def viterbi(model, samples, y=None, *, lengths=None, name: str = "y", model_args
         lowest state index.
     """
     draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
-    out = _map_draws("viterbi", draws.trans, draws.params, draws.emission, y3, lengths, renormalize,
-                     draws.emission_batched, _check_batch_size(batch_size))
+    out = _run_kind("viterbi", draws, y3, lengths, renormalize, _check_batch_size(batch_size))
     return ViterbiPaths(*_shape_out(out, draws, several))
 
 
@@ -505,8 +673,7 @@ def smooth(model, samples, y=None, *, lengths=None, name: str = "y", model_args:
         :class:`SmoothedStates` ``(probs (*draws, *B, T, K), log_likelihood (*draws, *B))``.
     """
     draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
-    out = _map_draws("smooth", draws.trans, draws.params, draws.emission, y3, lengths, renormalize,
-                     draws.emission_batched, _check_batch_size(batch_size))
+    out = _run_kind("smooth", draws, y3, lengths, renormalize, _check_batch_size(batch_size))
     return SmoothedStates(*_shape_out(out, draws, several))
 
 
@@ -528,8 +695,13 @@ def posterior_state_marginals(model, samples, y=None, *, lengths=None, name: str
         ``(*B, T, K)`` probabilities (0 at padded steps).
     """
     draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
-    out = _mean_marginals(draws.trans, draws.params, draws.emission, y3, lengths, renormalize,
-                          draws.emission_batched)
+    if draws.kind == "hsmm":
+        segs = draws.segments
+        out = _mean_hsmm_marginals(segs._replace(right_censored=None), draws.params, draws.emission, y3, lengths,
+                                   renormalize, draws.emission_batched, segs.right_censored)
+    else:
+        out = _mean_marginals(draws.trans, draws.params, draws.emission, y3, lengths, renormalize,
+                              draws.emission_batched)
     return out if several else out[0]
 
 
@@ -584,9 +756,8 @@ def marginal_log_likelihood(model, samples, y=None, *, lengths=None, name: str =
             raise ValueError("`rng_key` is required with method='particle' (a jax.random key).")
     draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
     keys = jax.random.split(rng_key, int(np.prod(draws.draw_shape, dtype=int))) if particle else None
-    pointwise, total, observed = _map_draws("particle" if particle else "marginal", draws.trans, draws.params,
-                                            draws.emission, y3, lengths, renormalize, draws.emission_batched,
-                                            _check_batch_size(batch_size), keys, num_particles if particle else 0)
+    pointwise, total, observed = _run_kind("particle" if particle else "marginal", draws, y3, lengths, renormalize,
+                                           _check_batch_size(batch_size), keys, num_particles if particle else 0)
     pointwise, total = _shape_out((pointwise, total), draws, several)
     observed = observed[0] if several else observed[0, 0]
     return MarginalLogLikelihood(pointwise, observed, total)

@@ -191,6 +191,12 @@ def forecast(
     if not isinstance(emission, EmissionFamily) and not callable(emission):
         raise ValueError(f"`emission` must be an EmissionFamily or the model, got {type(emission).__name__}.")
     draws = hmm_draws(flat, emission, name, tuple(model_args), model_kwargs)
+    if draws.kind != "hmm":
+        raise NotImplementedError(
+            f"forecast for the model class {draws.kind!r}: it draws the next states from the HMM's rows; an "
+            "HDP-HSMM forecast must continue the current segment (its elapsed duration's residual law) and draw "
+            "the next segments without self-transitions, which is not implemented."
+        )
     family, emission_batched, trans, params = draws.emission, draws.emission_batched, draws.trans, draws.params
     observations = draws.observations if observations is None else observations
     lengths = draws.lengths if lengths is None else lengths

@@ -24,7 +24,7 @@ from numpyro_hdphmm.results.diagnostics.labellings import (
     num_states,
     relabel,
 )
-from numpyro_hdphmm.results.diagnostics.plotting import plot_segmentation
+from numpyro_hdphmm.results.diagnostics.plotting import plot_duration_posterior, plot_segmentation
 
 __all__ = [
     "relabel",
@@ -36,5 +36,6 @@ __all__ = [
     "num_states",
     "PredictiveLogLikelihood",
     "predictive_log_likelihood",
+    "plot_duration_posterior",
     "plot_segmentation",
 ]

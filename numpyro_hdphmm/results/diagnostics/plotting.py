@@ -1,4 +1,5 @@
-r"""A sequence drawn with its segmentation: :func:`plot_segmentation` (matplotlib, imported on call)."""
+r"""A sequence drawn with its segmentation (:func:`plot_segmentation`) and the posterior duration laws
+of the states (:func:`plot_duration_posterior`); matplotlib, imported on call."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from numpyro_hdphmm.results.diagnostics.labellings import as_labels, relabel
 
-__all__ = ["plot_segmentation"]
+__all__ = ["plot_duration_posterior", "plot_segmentation"]
 
 
 def _state_colors(labels: np.ndarray, palette: np.ndarray, cmap) -> np.ndarray:
@@ -125,4 +126,52 @@ def plot_segmentation(observations, states, true_states=None, ax=None, cmap: str
             strip.set_ylabel("P(state)", rotation=0, ha="right", va="center")
         strip.set_xlim(-0.5, T - 0.5)
     axes[rows - 1].set_xlabel("time step")
+    return fig
+
+
+def plot_duration_posterior(posterior, states=None, ax=None, cmap: str = "tab10", alpha: float = 0.25,
+                            title: Optional[str] = None):
+    r"""Plot the posterior duration law of each state: the posterior mean pmf over ``d = 1..D`` as a
+    line with its pointwise credible band, one colour per state.
+
+    Args:
+        posterior: the :class:`~numpyro_hdphmm.results.segments.DurationPosterior` of
+            :func:`numpyro_hdphmm.duration_posterior`.
+        states: the states to show (default all; pass the kept states of a relabelled posterior,
+            :func:`numpyro_hdphmm.results.labels.kept_states`, to leave out empty slots).
+        ax: ``None`` (a new figure) or an ``Axes``.
+        cmap: a qualitative matplotlib colormap name.
+        alpha: opacity of the bands.
+        title: optional title.
+
+    Returns:
+        the matplotlib ``Figure``.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+
+    mean = np.asarray(posterior.mean, dtype=float)
+    if mean.ndim != 2:
+        raise ValueError(f"`posterior.mean` must have shape (K, D), got {mean.shape}.")
+    k = mean.shape[0]
+    shown = np.arange(k) if states is None else np.asarray(states)
+    if shown.ndim != 1 or not np.issubdtype(shown.dtype, np.integer) or np.any(shown < 0) or np.any(shown >= k):
+        raise ValueError(f"`states` must be a sequence of state indices in [0, {k}), got {states!r}.")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+    else:
+        fig = ax.figure
+    colormap = colormaps[cmap]
+    d = np.asarray(posterior.durations)
+    for i, state in enumerate(shown):
+        color = colormap(i % colormap.N)
+        ax.fill_between(d, posterior.lower[state], posterior.upper[state], color=color, alpha=alpha, step="mid")
+        ax.plot(d, mean[state], color=color, drawstyle="steps-mid",
+                label=f"state {state} (mean {float(posterior.mean_duration[state]):.1f})")
+    ax.set_xlabel("duration d")
+    ax.set_ylabel("p(d)")
+    ax.set_xlim(d[0] - 0.5, d[-1] + 0.5)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
     return fig

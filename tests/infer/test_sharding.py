@@ -111,6 +111,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # two more processes (JAX start, discovery and the sharded program each); the default set keeps the 4-device mesh
 def test_two_processes_make_the_one_process_draws(four_devices, tmp_path):
     """jax.distributed on a loopback coordinator, 2 processes with one CPU device each and gloo
     collectives: the mesh spans both processes, and the draws are the one-process draws."""

@@ -40,9 +40,11 @@ from ..harness import peers, results, timing
 QUESTION = "sweeps"
 SECTION = "HDP-HSMM sweep"
 GAMMA, ALPHA, DUR_A, DUR_B = 1.0, 4.0, 2.0, 0.1
-# (T, K, max_duration)
-CONFIGS = ((1000, 20, 50), (1000, 20, 200), (10000, 20, 50), (10000, 20, 200))
-QUICK = ((300, 6, 20),)
+# (T, K, max_duration, warm-up sweeps, blocks, sweeps per block): fewer sweeps where pyhsmm's sweep
+# takes seconds (the run stays within half an hour on the shared 2-core machine)
+CONFIGS = ((1000, 20, 50, 10, 6, 15), (1000, 20, 200, 10, 6, 15), (10000, 20, 50, 5, 4, 10),
+           (10000, 20, 200, 5, 3, 5))
+QUICK = ((300, 6, 20, 5, 2, 5),)
 LONG = (100000, 20, 50)
 
 
@@ -98,14 +100,16 @@ def hamming(states, truth):
 def run_config(T, K, D, worker, tmp, warmup, blocks, block_sweeps, per_call, say=print):
     y, truth = hsmm_data(T)
     rec = {"T": T, "K": K, "max_duration": D}
+    if worker is not None:  # pyhsmm sets up and warms up while ours compiles (untimed)
+        npz = os.path.join(tmp, f"hsmm_{T}.npz")
+        np.savez(npz, y=np.asarray(y, np.float64))
+        hsmm = {"gamma": GAMMA, "alpha": ALPHA, "dur_concentration": DUR_A, "dur_rate": DUR_B, "max_duration": D}
+        worker.send(cmd="setup", data=npz, L=K, seed=0, warmup=warmup, hsmm=hsmm)
     ours, rec["init_s"] = ours_contender(y, K, D, per_call)
     rec["compile_s"] = ours.compile_s
     say(f"T={T} K={K} D={D}: ours init {rec['init_s']:.1f} s, sweep compile {ours.compile_s:.1f} s")
     if worker is not None:
-        npz = os.path.join(tmp, f"hsmm_{T}.npz")
-        np.savez(npz, y=np.asarray(y, np.float64))
-        hsmm = {"gamma": GAMMA, "alpha": ALPHA, "dur_concentration": DUR_A, "dur_rate": DUR_B, "max_duration": D}
-        rec["peer_setup_s"] = worker.call(cmd="setup", data=npz, L=K, seed=0, warmup=warmup, hsmm=hsmm)["setup_s"]
+        rec["peer_setup_s"] = worker.receive()["setup_s"]
     for _ in range(warmup // per_call):
         ours.state = timing.block(ours.call(ours.state))
     mine, theirs, peer_states = [], [], None
@@ -120,7 +124,8 @@ def run_config(T, K, D, worker, tmp, warmup, blocks, block_sweeps, per_call, say
             theirs += [float(np.mean(times[i:i + per_call])) for i in range(0, block_sweeps, per_call)]
             peer_states = reply.get("states", peer_states)
     z = np.asarray(ours.state.z["y_states"])
-    rec.update(ours=mine, sweeps=warmup + blocks * block_sweeps, ours_hamming=hamming(z, truth),
+    rec.update(ours=mine, sweeps=warmup + blocks * block_sweeps, warmup=warmup, blocks=blocks,
+               block_sweeps=block_sweeps, ours_hamming=hamming(z, truth),
                ours_states=int(len(np.unique(z))), ours_nonfinite=bool(ours.state.nonfinite))
     msg = f"  ours min {min(mine):.4f} s/sweep, hamming {rec['ours_hamming']:.3f}, {rec['ours_states']} states"
     if worker is not None:
@@ -154,7 +159,8 @@ def save(recs, long_rec, args, command):
     rows, comps = [], []
     for r in recs:
         o = np.asarray(r["ours"])
-        row = [r["T"], r["K"], r["max_duration"], f"{r['init_s']:.0f} + {r['compile_s']:.0f}", ms(o.min()),
+        row = [r["T"], r["K"], r["max_duration"], f"{r['warmup']} + {r['blocks']} x {r['block_sweeps']}",
+               f"{r['init_s']:.0f} + {r['compile_s']:.0f}", ms(o.min()),
                ms(np.median(o))]
         if "pyhsmm" in r:
             p = np.asarray(r["pyhsmm"])
@@ -176,16 +182,15 @@ def save(recs, long_rec, args, command):
         "`lambda ~ Gamma(2, rate 0.1)` on both sides (`d - 1 ~ Poisson(lambda)` on both), the data-scaled NIW "
         "prior, capacity K, durations at most D (ours: the truncated law renormalized on {1..D}; pyhsmm: "
         "`trunc=D`, not renormalized), last segment right-censored.  Ours float32, "
-        f"{args.per_call} sweeps per compiled call; {args.warmup} warm-up sweeps each, then {args.blocks} "
-        f"alternating blocks of {args.block_sweeps} sweeps (pyhsmm's sweep-by-sweep times averaged over the "
-        f"same groups of {args.per_call}).  ms per sweep, minimum and median over the groups; speed-up = "
+        f"{args.per_call} sweeps per compiled call; column sweeps: warm-up sweeps each (pyhsmm's while ours "
+        "compiles), then alternating blocks of sweeps of each (fewer where pyhsmm's sweep takes seconds; "
+        f"pyhsmm's sweep-by-sweep times averaged over the same groups of {args.per_call}).  ms per sweep, minimum and median over the groups; speed-up = "
         "pyhsmm / ours.  Compile: ours `init` (its compilation included) + the sweep program's compilation, "
         "seconds, apart from the sweeps.  Hamming: normalized distance of the last state sequence to the truth "
-        f"(optimal matching) after {args.warmup + args.blocks * args.block_sweeps} sweeps from each sampler's "
-        "own random start; states: distinct labels in that sequence.")
-    tab = results.table(["T", "K", "D", "ours compile (s)", "ours min (ms)", "ours median (ms)", "pyhsmm min (ms)",
+        "(optimal matching) after all the sweeps of the row, from each sampler's own random start; states: distinct labels in that sequence.")
+    tab = results.table(["T", "K", "D", "sweeps", "ours compile (s)", "ours min (ms)", "ours median (ms)", "pyhsmm min (ms)",
                          "pyhsmm median (ms)", "speed-up (minima)", "speed-up (medians)", "Hamming ours / pyhsmm",
-                         "states ours / pyhsmm"], rows, ["r"] * 12)
+                         "states ours / pyhsmm"], rows, ["r"] * 13)
     blocks = [results.text(intro), tab]
     if long_rec is not None:
         r = long_rec
@@ -204,33 +209,31 @@ def main(argv=None):
     parser.add_argument("--pyhsmm-path", help="PYTHONPATH for the pyhsmm worker (an in-place build)")
     parser.add_argument("--quick", action="store_true", help="one tiny configuration; records nothing")
     parser.add_argument("--long", action="store_true", help=f"also ours alone at T = {LONG[0]}")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--blocks", type=int, default=6)
-    parser.add_argument("--block-sweeps", type=int, default=15)
+    parser.add_argument("--sweeps-scale", type=float, default=1.0, help="scales the blocks of every configuration")
     parser.add_argument("--per-call", type=int, default=5)
     parser.add_argument("--no-save", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    for name in ("warmup", "block_sweeps"):
-        if getattr(args, name) % args.per_call:
-            parser.error(f"--per-call must divide --{name.replace('_', '-')}")
+    if any(c[3] % args.per_call or c[5] % args.per_call for c in CONFIGS + QUICK):
+        parser.error("--per-call must divide the warm-up sweeps and the sweeps per block of every configuration")
     if args.quick:
-        args.no_save, args.blocks = True, 2
+        args.no_save = True
     command = results.command_line("sweeps hsmm", argv)
     recs, long_rec = [], None
     with tempfile.TemporaryDirectory() as tmp:
         worker = peers.Worker("pyhsmm", args.pyhsmm, args.pyhsmm_path) if args.pyhsmm else None
         try:
-            for T, K, D in QUICK if args.quick else CONFIGS:
-                recs.append(run_config(T, K, D, worker, tmp, args.warmup, args.blocks, args.block_sweeps,
-                                       args.per_call))
+            for T, K, D, warmup, blocks, block_sweeps in QUICK if args.quick else CONFIGS:
+                if args.sweeps_scale != 1:
+                    blocks = max(1, round(blocks * args.sweeps_scale))
+                recs.append(run_config(T, K, D, worker, tmp, warmup, blocks, block_sweeps, args.per_call))
                 if not args.no_save:  # after each configuration: a later failure keeps what was measured
                     save(recs, None, args, command)
         finally:
             if worker is not None:
                 worker.close()
     if args.long:
-        long_rec = run_long(*(QUICK[0] if args.quick else LONG), sweeps=10, per_call=args.per_call)
+        long_rec = run_long(*(QUICK[0][:3] if args.quick else LONG), sweeps=10, per_call=args.per_call)
     if not args.no_save:
         print("saved", save(recs, long_rec, args, command))
 

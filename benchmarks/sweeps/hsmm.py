@@ -10,19 +10,23 @@ Poisson(lambda)``), the data-scaled NIW prior (``GaussianNIW.weakly_informative`
 durations at most ``max_duration`` (ours: the law truncated and renormalized; pyhsmm:
 ``add_data(trunc=max_duration)``), the last segment right-censored.
 
-For each ``(T, K, max_duration)``: ours compiles (``init`` and the sweep program timed apart), then
-``--warmup`` sweeps of each, then ``--blocks`` alternating blocks of ``--block-sweeps`` sweeps
+For each ``(T, K, max_duration)``: ours compiles (``init`` and the sweep program timed apart) while
+pyhsmm sets up and runs its warm-up sweeps, ours runs as many warm-up sweeps, then alternating blocks of sweeps
 (ours ``--per-call`` sweeps per compiled call, as ``MCMC.run`` runs them; pyhsmm's sweep-by-sweep
 times averaged over the same groups): seconds per sweep, minimum and median.  After the timed
 sweeps (``warmup + blocks * block_sweeps`` in all, both chains from their own random start) the
 normalized Hamming distance of each chain's last state sequence to the truth (optimal matching)
-and the states it uses.  ``--long``: ours alone at ``T = 10^5`` (a few sweeps: feasibility).
+and the states it uses.  Configurations (:data:`CONFIGS`): ``T`` in {10^3, 10^4} x ``max_duration`` in
+{50, 200} at ``K = 20``, with fewer sweeps where pyhsmm takes seconds per sweep.  ``--extra``: ``K = 50``
+instead (:data:`EXTRA`, a section of its own); ``--long``: also ours alone at ``T = 10^5`` (10 sweeps:
+feasibility).
 
 Usage::
 
-    python -m benchmarks.sweeps hsmm [--quick] [--pyhsmm PYTHON] [--long] [--no-save]
+    python -m benchmarks.sweeps hsmm [--quick] [--pyhsmm PYTHON] [--extra] [--long] [--no-save]
 
-Results: the section "HDP-HSMM sweep" of ``benchmarks/results/sweeps.json``.
+Results: the sections "HDP-HSMM sweep" and (``--extra``) "HDP-HSMM sweep: K = 50 and T = 10^5" of
+``benchmarks/results/sweeps.json``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ GAMMA, ALPHA, DUR_A, DUR_B = 1.0, 4.0, 2.0, 0.1
 CONFIGS = ((1000, 20, 50, 10, 6, 15), (1000, 20, 200, 10, 6, 15), (10000, 20, 50, 5, 4, 10),
            (10000, 20, 200, 5, 3, 5))
 QUICK = ((300, 6, 20, 5, 2, 5),)
+# --extra: the larger capacity, saved as a section of its own (with --long)
+EXTRA = ((1000, 50, 50, 10, 6, 15), (10000, 50, 50, 5, 3, 5))
+SECTION_EXTRA = "HDP-HSMM sweep: K = 50 and T = 10^5"
 LONG = (100000, 20, 50)
 
 
@@ -154,7 +161,7 @@ def run_long(T, K, D, sweeps, per_call, say=print):
     return rec
 
 
-def save(recs, long_rec, args, command):
+def save(recs, long_rec, args, command, title=SECTION):
     ms = lambda v: f"{v * 1e3:.1f}"
     rows, comps = [], []
     for r in recs:
@@ -168,7 +175,8 @@ def save(recs, long_rec, args, command):
                     f"{r['ours_hamming']:.3f} / {r['pyhsmm_hamming']:.3f}", f"{r['ours_states']} / {r['pyhsmm_states']}"]
             config = f"HDP-HSMM 2-D, T = {r['T']}, K = {r['K']}, D = {r['max_duration']}"
             for stat, a, b in (("minimum", o.min(), p.min()), ("median", np.median(o), np.median(p))):
-                comps.append({"kernel": "WeakLimitGibbs (HDP-HSMM)", "peer": "pyhsmm", "config": config,
+                comps.append({"kernel": "WeakLimitGibbs (HDP-HSMM)" if title == SECTION else
+                              "WeakLimitGibbs (HDP-HSMM, K = 50)", "peer": "pyhsmm", "config": config,
                               "ours_ms": round(float(a * 1e3), 3), "peer_ms": round(float(b * 1e3), 3),
                               "ratio": round(float(b / a), 2), "statistic": stat})
         else:
@@ -199,7 +207,7 @@ def save(recs, long_rec, args, command):
             f"{r['compile_s']:.0f} s, {min(r['ours']):.2f} s per sweep (minimum over {len(r['ours'])} calls of "
             f"{args.per_call} sweeps), Hamming {r['ours_hamming']:.3f} with {r['ours_states']} states after "
             f"{r['sweeps']} sweeps."))
-    return results.save(QUESTION, SECTION, blocks, command, comparisons=comps or None,
+    return results.save(QUESTION, title, blocks, command, comparisons=comps or None,
                         data={"configs": recs, "long": long_rec})
 
 
@@ -209,33 +217,37 @@ def main(argv=None):
     parser.add_argument("--pyhsmm-path", help="PYTHONPATH for the pyhsmm worker (an in-place build)")
     parser.add_argument("--quick", action="store_true", help="one tiny configuration; records nothing")
     parser.add_argument("--long", action="store_true", help=f"also ours alone at T = {LONG[0]}")
+    parser.add_argument("--extra", action="store_true",
+                        help=f"K = 50 instead of the default configurations (section {SECTION_EXTRA!r})")
     parser.add_argument("--sweeps-scale", type=float, default=1.0, help="scales the blocks of every configuration")
     parser.add_argument("--per-call", type=int, default=5)
     parser.add_argument("--no-save", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    if any(c[3] % args.per_call or c[5] % args.per_call for c in CONFIGS + QUICK):
+    if any(c[3] % args.per_call or c[5] % args.per_call for c in CONFIGS + QUICK + EXTRA):
         parser.error("--per-call must divide the warm-up sweeps and the sweeps per block of every configuration")
     if args.quick:
         args.no_save = True
     command = results.command_line("sweeps hsmm", argv)
+    configs = QUICK if args.quick else EXTRA if args.extra else CONFIGS
+    title = SECTION_EXTRA if args.extra else SECTION
     recs, long_rec = [], None
     with tempfile.TemporaryDirectory() as tmp:
         worker = peers.Worker("pyhsmm", args.pyhsmm, args.pyhsmm_path) if args.pyhsmm else None
         try:
-            for T, K, D, warmup, blocks, block_sweeps in QUICK if args.quick else CONFIGS:
+            for T, K, D, warmup, blocks, block_sweeps in configs:
                 if args.sweeps_scale != 1:
                     blocks = max(1, round(blocks * args.sweeps_scale))
                 recs.append(run_config(T, K, D, worker, tmp, warmup, blocks, block_sweeps, args.per_call))
                 if not args.no_save:  # after each configuration: a later failure keeps what was measured
-                    save(recs, None, args, command)
+                    save(recs, None, args, command, title)
         finally:
             if worker is not None:
                 worker.close()
     if args.long:
         long_rec = run_long(*(QUICK[0][:3] if args.quick else LONG), sweeps=10, per_call=args.per_call)
     if not args.no_save:
-        print("saved", save(recs, long_rec, args, command))
+        print("saved", save(recs, long_rec, args, command, title))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ QUESTIONS = (
 Milliseconds per sweep of each kernel and per forward-filtering backward-sampling pass (the state
 update every kernel runs).  Script: `python -m benchmarks.sweeps speed` (parts `ffbs`, `kernels`,
 `pair`; `--compare PATH` times another checkout's package against this one), `... sweeps beam` (the
-beam sampler against the weak limit), `... sweeps rcd` (`RCDSampler` on *Alice*).
+beam sampler against the weak limit), `... sweeps rcd` (`RCDSampler` on *Alice*), `... sweeps hsmm`
+(the HDP-HSMM sweep side by side with pyhsmm's `WeakLimitHDPHSMM`; `--pyhsmm PYTHON`).
 Every speed figure comes from the harness's one timer: each contender's compilation is timed apart
 (ahead-of-time `lower().compile()`), then the contenders run in alternating blocks in one process,
 so that a change of load on the shared machine falls on all of them; read the ratios of one run,

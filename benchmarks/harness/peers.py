@@ -41,9 +41,21 @@ class Worker:
                                      stderr=subprocess.PIPE, text=True, env=environ)
 
     def call(self, **request) -> dict:
+        self.send(**request)
+        return self.receive()
+
+    def send(self, **request):
+        """Send ``request`` without waiting for the reply (:meth:`receive` reads it), e.g. to let
+        the peer warm up while this process compiles."""
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
+        except OSError:  # the worker is gone: receive() says why
+            pass
+
+    def receive(self) -> dict:
+        """The reply to the request sent last."""
+        try:
             line = self.proc.stdout.readline()
         except OSError:  # the worker is gone (e.g. the peer does not import)
             line = ""

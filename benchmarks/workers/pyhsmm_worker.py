@@ -4,7 +4,13 @@ pyhsmm is built (a standalone script: it imports nothing from this repository).
 JSON-lines protocol on stdin / the original stdout (library prints go to stderr):
   {"cmd": "setup", "data": npz, "L": L, "seed": s, "warmup": 10} -> {"ok": true, ...}
   {"cmd": "run", "n": 20}        -> {"times": [seconds per sweep, ...], "used": #states used}
+                                    (with "states": true also "states": the state sequence after the run)
   {"cmd": "chain", "data": npz, "L": L, "seed": s, "sweeps": 300} -> {"states": [...], "seconds": s}
+  setup and chain also take {"hsmm": {"gamma": g, "alpha": a, "dur_concentration": c, "dur_rate": r,
+  "max_duration": D}}: pyhsmm's WeakLimitHDPHSMM (explicit-duration HDP-HSMM, Johnson & Willsky's
+  weak-limit sampler, C++ messages HSMMStatesEigen) with PoissonDuration(alpha_0=c, beta_0=r) (d - 1 ~
+  Poisson(lambda), lambda ~ Gamma(c, rate r): numpyro-hdphmm's durations.Poisson(c, r)) and
+  add_data(trunc=D) (durations at most D); the NIW prior is the same as for the HMM.
 """
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see README: multithreaded OpenBLAS is ~20x slower here
@@ -20,7 +26,7 @@ del _hmi
 from pybasicbayes.distributions import Gaussian
 
 
-def build(y, L, seed):
+def build(y, L, seed, hsmm=None):
     np.random.seed(seed)
     D = y.shape[1]
     # data-scaled NIW prior, the same as numpyro-hdphmm's GaussianNIW.weakly_informative(y):
@@ -28,6 +34,14 @@ def build(y, L, seed):
     mu0 = y.mean(0)
     S0 = np.cov(y.T, bias=True).reshape(D, D) + 1e-6 * np.eye(D)
     obs = [Gaussian(mu_0=mu0, sigma_0=S0, kappa_0=0.01, nu_0=D + 2.0) for _ in range(L)]
+    if hsmm is not None:
+        from pyhsmm.basic.distributions import PoissonDuration
+        dur = [PoissonDuration(alpha_0=hsmm["dur_concentration"], beta_0=hsmm["dur_rate"]) for _ in range(L)]
+        m = pyhsmm.models.WeakLimitHDPHSMM(alpha=hsmm["alpha"], gamma=hsmm["gamma"],
+                                           init_state_concentration=hsmm["alpha"], obs_distns=obs, dur_distns=dur)
+        m.add_data(y, trunc=int(hsmm["max_duration"]))
+        assert type(m.states_list[0]).__name__ == "HSMMStatesEigen"
+        return m
     m = pyhsmm.models.WeakLimitStickyHDPHMM(alpha=1.0, gamma=1.0, kappa=10.0, init_state_concentration=1.0, obs_distns=obs)
     m.add_data(y)
     assert type(m.states_list[0]).__name__ == "HMMStatesEigen"
@@ -43,7 +57,7 @@ for line in sys.stdin:
     if cmd == "setup":
         y = np.load(msg["data"])["y"].astype(np.float64)
         t0 = time.perf_counter()
-        model = build(y, msg["L"], msg["seed"])
+        model = build(y, msg["L"], msg["seed"], msg.get("hsmm"))
         for _ in range(msg.get("warmup", 10)):
             model.resample_model()
         out = {"ok": True, "setup_s": time.perf_counter() - t0, "dtype": "float64",
@@ -55,9 +69,11 @@ for line in sys.stdin:
             model.resample_model()
             times.append(time.perf_counter() - t0)
         out = {"times": times, "used": int(len(np.unique(model.states_list[0].stateseq)))}
+        if msg.get("states"):
+            out["states"] = model.states_list[0].stateseq.astype(int).tolist()
     elif cmd == "chain":
         y = np.load(msg["data"])["y"].astype(np.float64)
-        m = build(y, msg["L"], msg["seed"])
+        m = build(y, msg["L"], msg["seed"], msg.get("hsmm"))
         t0 = time.perf_counter()
         for _ in range(msg["sweeps"]):
             m.resample_model()

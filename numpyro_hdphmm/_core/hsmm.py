@@ -183,7 +183,8 @@ def hsmm_sample(rng_key, log_init, log_trans, log_dur, log_surv, ll, mask=None, 
 
     Backward messages (:func:`hsmm_backward`), then forward sampling: at each segment start ``t``
     the state (``∝ pi S_0`` at ``t = 0``, else ``∝ A[z_prev] S_t``) and the duration (``∝`` the
-    terms of ``S_t(z)``).  Padded steps copy the last valid state."""
+    terms of ``S_t(z)``), one ``lax.while_loop`` iteration per segment (``O(D + K)`` each).  Padded
+    steps copy the last valid state."""
     msgs = hsmm_backward(log_init, log_trans, log_dur, log_surv, ll, mask, length,
                          right_censored=right_censored, first=first)
     ll, length = _prepared(ll, mask, length)
@@ -194,26 +195,27 @@ def hsmm_sample(rng_key, log_init, log_trans, log_dur, log_surv, ll, mask=None, 
     ll_pad, end_pad = pad(ll, 0.0), pad(msgs.log_end, -jnp.inf)
     first_dur, first_surv = (log_dur, log_surv) if first is None else first
 
-    def body(carry, inputs):
-        state, remaining = carry
-        t, key = inputs
-        k_state, k_dur = random.split(key)
-        state_logits = jnp.where(t == 0, log_init + msgs.log_start_first, log_trans[state] + msgs.log_start[t])
-        new_state = _categorical(k_state, state_logits)
-        window = jnp.cumsum(lax.dynamic_slice(ll_pad, (t, 0), (num_d, k))[:, new_state])
-        ends = lax.dynamic_slice(end_pad, (t, 0), (num_d, k))[:, new_state]
-        dur_row = jnp.where(t == 0, first_dur[new_state], log_dur[new_state])
-        surv_row = jnp.where(t == 0, first_surv[new_state], log_surv[new_state])
+    def body(carry):
+        t, prev, key, seg_state, is_start = carry
+        key, k_state, k_dur = random.split(key, 3)
+        state_logits = jnp.where(t == 0, log_init + msgs.log_start_first, log_trans[prev] + msgs.log_start[t])
+        state = _categorical(k_state, state_logits).astype(jnp.int32)
+        zero = jnp.zeros((), t.dtype)
+        window = jnp.cumsum(lax.dynamic_slice(ll_pad, (t, zero), (num_d, k))[:, state])
+        ends = lax.dynamic_slice(end_pad, (t, zero), (num_d, k))[:, state]
+        dur_row = jnp.where(t == 0, first_dur[state], log_dur[state])
+        surv_row = jnp.where(t == 0, first_surv[state], log_surv[state])
         terms = _segment_terms(dur_row[None], surv_row[None], window[:, None], ends[:, None], t, length,
                                right_censored)[:, 0]
-        duration = _categorical(k_dur, terms) + 1
-        starts = (remaining == 0) & (t < length)
-        state = jnp.where(starts, new_state, state).astype(jnp.int32)
-        remaining = (jnp.where(starts, duration, remaining) - (t < length)).astype(jnp.int32)
-        return (state, remaining), state
+        duration = (_categorical(k_dur, terms) + 1).astype(jnp.int32)
+        return (t + duration).astype(jnp.int32), state, key, seg_state.at[t].set(state), is_start.at[t].set(True)
 
-    keys = random.split(rng_key, t_max)
-    _, states = lax.scan(body, (jnp.int32(0), jnp.int32(0)), (jnp.arange(t_max), keys))
+    # one iteration per segment (not per step): a while loop from segment start to segment start,
+    # then every step takes the state of the last segment that started at or before it
+    init = (jnp.int32(0), jnp.int32(0), rng_key, jnp.zeros((t_max,), jnp.int32), jnp.zeros((t_max,), bool))
+    _, _, _, seg_state, is_start = lax.while_loop(lambda c: c[0] < length, body, init)
+    last_start = lax.cummax(jnp.where(is_start, jnp.arange(t_max), 0), axis=0)
+    states = seg_state[last_start]
     return states.astype(jnp.int32), msgs.marginal_loglik
 
 

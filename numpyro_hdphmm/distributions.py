@@ -39,6 +39,7 @@ from numpyro_hdphmm._core.validation import (
     check_nonnegative,
     check_positive,
     host_warning,
+    host_warnings_enabled,
     is_concrete,
 )
 from numpyro_hdphmm.emissions.base import EmissionFamily
@@ -409,7 +410,7 @@ class MarkovChain(Distribution):
         return shape, n, init, trans.reshape((n,) + self.transition_matrix.shape[-2:])
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return _draw_markov_chain(self, key, tuple(sample_shape))
+        return _draw_markov_chain(self, key, tuple(sample_shape), host_warnings_enabled())
 
     def sample(self, key, sample_shape=()):
         return self.sample_with_intermediates(key, sample_shape)[0]
@@ -581,14 +582,14 @@ class EmissionLikelihood(Distribution):
         return out.reshape(sample_shape + out.shape[1:])
 
 
-@partial(jax.jit, static_argnums=(2,))
-def _draw_markov_chain(chain: MarkovChain, key, sample_shape):
+@partial(jax.jit, static_argnums=(2, 3))
+def _draw_markov_chain(chain: MarkovChain, key, sample_shape, warn=True):
     """Jitted body of :meth:`MarkovChain.sample_with_intermediates` (compiled once per shape)."""
     shape, n, init, trans = chain._flat_args(sample_shape)
     keys = random.split(key, n)
     states, escapes = jax.vmap(
         lambda k, p0, p: sample_markov_chain(k, safe_log(p0), safe_log(p), chain.num_steps)
     )(keys, init, trans)
-    if chain.transition_matrix.shape[-1] == chain.num_states + 1:
+    if warn and chain.transition_matrix.shape[-1] == chain.num_states + 1:
         host_warning(warn_escape, escapes, "MarkovChain.sample")
     return states.reshape(shape + (chain.num_steps,)), [escapes.reshape(shape)]

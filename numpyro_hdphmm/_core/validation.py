@@ -7,6 +7,8 @@ checks are skipped (shape checks still run, shapes being static).  Every failure
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import operator
 
@@ -31,6 +33,8 @@ __all__ = [
     "check_model_arguments",
     "check_log_likelihood_precision",
     "host_warning",
+    "no_host_warnings",
+    "host_warnings_enabled",
 ]
 
 
@@ -347,6 +351,28 @@ def check_log_likelihood_precision(name: str, what: str, magnitude: float, dtype
 
 
 # ------------------------------------------------------------------------ host-side warnings
+_HOST_WARNINGS = contextvars.ContextVar("numpyro_hdphmm_host_warnings", default=True)
+
+
+@contextlib.contextmanager
+def no_host_warnings():
+    """Trace without the host callbacks of :func:`host_warning`: the kernels' programs (their
+    starts draw from the prior; their own warnings travel as counters in the state, checked when
+    the run returns), which JAX would otherwise never write to its persistent compilation cache."""
+    token = _HOST_WARNINGS.set(False)
+    try:
+        yield
+    finally:
+        _HOST_WARNINGS.reset(token)
+
+
+def host_warnings_enabled() -> bool:
+    """Whether traced code may call the host to warn (``False`` inside :func:`no_host_warnings`).
+    A jitted function that warns takes it as a static argument, so that its traces with and without
+    the callback are cached apart."""
+    return _HOST_WARNINGS.get()
+
+
 def host_warning(fn, value, *args) -> None:
     """Call ``fn(value, *args)`` on the host from traced code (``jax.debug.callback``): the
     capacity-overflow warnings of the samplers and the ``MarkovChain``/HDP-HMM prior draws.

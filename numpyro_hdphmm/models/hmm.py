@@ -18,7 +18,7 @@ from jax import random
 from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 
-from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive, host_warning
+from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive, host_warning, host_warnings_enabled
 from numpyro_hdphmm.distributions import (
     GEM,
     HDPTransitions,
@@ -131,7 +131,7 @@ class StickyHDPHMM(ModelClass, Distribution):
     def sample_with_intermediates(self, key, sample_shape=()):
         if self.num_steps is None:
             raise ValueError("`num_steps` must be given to draw a sequence from the model.")
-        return _draw_hdphmm(self, key, tuple(sample_shape))
+        return _draw_hdphmm(self, key, tuple(sample_shape), host_warnings_enabled())
 
     def sample(self, key, sample_shape=()):
         return self.sample_with_intermediates(key, sample_shape)[0]
@@ -145,14 +145,15 @@ class StickyHDPHMM(ModelClass, Distribution):
         )
 
 
-@partial(jax.jit, static_argnums=(2,))
-def _draw_hdphmm(model: StickyHDPHMM, key, sample_shape):
+@partial(jax.jit, static_argnums=(2, 3))
+def _draw_hdphmm(model: StickyHDPHMM, key, sample_shape, warn=True):
     """Jitted body of :meth:`StickyHDPHMM.sample_with_intermediates` (compiled once per shape)."""
     shape = sample_shape + model.batch_shape
     n = int(np.prod(shape)) if shape else 1
     flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha, model.kappa)]
     y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
-    host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
+    if warn:
+        host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
     reshape = lambda a: a.reshape(shape + a.shape[1:])
     return reshape(y), {k: reshape(v) for k, v in inter.items()}
 

@@ -37,7 +37,7 @@ from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import validate_sample
 
 from numpyro_hdphmm._core import crp, hsmm
-from numpyro_hdphmm._core.validation import as_parameter, check_positive, host_warning, is_concrete
+from numpyro_hdphmm._core.validation import as_parameter, check_positive, host_warning, host_warnings_enabled, is_concrete
 from numpyro_hdphmm.distributions import GEM, HDPTransitions, check_capacity, safe_log, warn_escape
 from numpyro_hdphmm.durations.base import DurationFamily
 from numpyro_hdphmm.emissions.base import EmissionFamily
@@ -171,14 +171,14 @@ class SemiMarkovChain(Distribution):
             z, log_init, log_trans, log_dur, log_surv, n, right_censored=self.right_censored, first=first))
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return _draw_semi_markov(self, key, tuple(sample_shape))
+        return _draw_semi_markov(self, key, tuple(sample_shape), host_warnings_enabled())
 
     def sample(self, key, sample_shape=()):
         return self.sample_with_intermediates(key, sample_shape)[0]
 
 
-@partial(jax.jit, static_argnums=(2,))
-def _draw_semi_markov(chain: SemiMarkovChain, key, sample_shape):
+@partial(jax.jit, static_argnums=(2, 3))
+def _draw_semi_markov(chain: SemiMarkovChain, key, sample_shape, warn=True):
     """Jitted body of :meth:`SemiMarkovChain.sample_with_intermediates`."""
     shape = sample_shape + chain.batch_shape
     n = int(np.prod(shape)) if shape else 1
@@ -186,7 +186,8 @@ def _draw_semi_markov(chain: SemiMarkovChain, key, sample_shape):
     states, escapes = jax.vmap(lambda k: hsmm.sample_segments(
         k, safe_log(chain.initial_probs), safe_log(chain.transition_matrix), log_dur, chain.num_steps,
         first=first))(random.split(key, n))
-    host_warning(warn_escape, escapes, "SemiMarkovChain.sample")
+    if warn:
+        host_warning(warn_escape, escapes, "SemiMarkovChain.sample")
     return states.reshape(shape + (chain.num_steps,)), [escapes.reshape(shape)]
 
 
@@ -320,7 +321,7 @@ class HDPHSMM(ModelClass, Distribution):
         ``overflow``."""
         if self.num_steps is None:
             raise ValueError("`num_steps` must be given to draw a sequence from the model.")
-        return _draw_hdphsmm(self, key, tuple(sample_shape))
+        return _draw_hdphsmm(self, key, tuple(sample_shape), host_warnings_enabled())
 
     def sample(self, key, sample_shape=()):
         return self.sample_with_intermediates(key, sample_shape)[0]
@@ -333,13 +334,14 @@ class HDPHSMM(ModelClass, Distribution):
         )
 
 
-@partial(jax.jit, static_argnums=(2,))
-def _draw_hdphsmm(model: HDPHSMM, key, sample_shape):
+@partial(jax.jit, static_argnums=(2, 3))
+def _draw_hdphsmm(model: HDPHSMM, key, sample_shape, warn=True):
     """Jitted body of :meth:`HDPHSMM.sample_with_intermediates`."""
     shape = sample_shape + model.batch_shape
     n = int(np.prod(shape)) if shape else 1
     flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha)]
     y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
-    host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
+    if warn:
+        host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
     reshape = lambda a: a.reshape(shape + a.shape[1:])
     return reshape(y), {k: reshape(v) for k, v in inter.items()}

@@ -6,6 +6,7 @@ duration, emission and hyperparameter sites."""
 import itertools
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -158,3 +159,14 @@ def test_geweke():
                             num_prior=6000)
     print("HSMM Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
     assert max(abs(v) for v in z.values()) < 4.0, z
+
+
+def test_no_host_callback_in_the_sweep():
+    """The HSMM sweep, with its own run event (a segment at ``max_duration``), holds no host callback:
+    the events are counters in the state, checked when the run returns (as for the HMM kernels,
+    ``tests/infer/test_conformance.py::test_no_host_callback_in_the_sweep``)."""
+    y = np.array([0, 0, 1, 1, 0, 1])
+    kernel = nh.infer.WeakLimitGibbs(geweke_model)
+    state = kernel.init(jax.random.PRNGKey(0), 2, None, (y, y.shape[-1]), {})
+    text = jax.jit(lambda s: kernel.sample(s, (y, y.shape[-1]), {})).lower(state).as_text()
+    assert text.count("callback") == 0

@@ -240,21 +240,35 @@ def test_emission_families_run(family):
 def test_overflow_warning_only_when_the_truncation_plausibly_matters():
     """Issue 41: the overflow warning fires when the sweeps that overflowed AND used a state they
     had just instantiated (or every slot) reach 1% of the post-warmup sweeps, not on every
-    overflow.  Host side of the warning, driven directly: 5 such sweeps in 600 are quiet, 10 in
-    600 warn, a new run (the sweep counter starting again) starts the count again, and fewer than
-    5 never warn (one early event is not a rate)."""
+    overflow.  Host side of the warning, driven directly with the run's counters
+    (``reporting.Events`` rebuilt from concrete arrays, as at the end of a run): 5 such sweeps in
+    600 are quiet, 10 in 600 warn, once per run (the counters checked again, or per chain, say
+    nothing more; a new run may warn again), and fewer than 5 never warn (one early event is not a
+    rate)."""
+    import jax
+
     from numpyro_hdphmm.infer.plumbing import reporting
 
-    def run(event_sweeps, key):
+    token = reporting.new_token()
+    rep = reporting.Report("BeamSampler", 20, ("y_mu", "lp"), True, token)
+
+    def check(biased, late, new_run=True):
+        if new_run:
+            reporting.start_run(token)
+        events = reporting.Events.zeros(rep).add(False, np.asarray(biased), np.asarray(late), False, False, [0, 0])
+        leaves, tree = jax.tree_util.tree_flatten(events)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for s in event_sweeps:
-                reporting.warn_overflow_rate(np.array([1, s]), 20, "BeamSampler", 1, key)
+            jax.tree_util.tree_unflatten(tree, [np.asarray(v) for v in leaves])
         return [str(w.message) for w in caught]
 
-    assert run(range(150, 600, 100), "a") == []  # 5 of 600, never 1% of the sweeps so far
-    assert len(run(range(10, 600, 60), "b")) == 1  # 10 of 600 (1.7%): warned once per run
-    assert run([300, 400], "b") == []  # a new run: the count restarts (2 of 400)
-    assert run([10, 20, 30, 40], "d") == []  # 4 events, 10% of the sweeps so far: too few to be a rate
-    msg = run(range(10, 40), "c")[0]
-    assert "max_states=20" in msg and "max_states (e.g. to 40)" in msg and "fresh_used" in msg
+    assert check(5, 600) == []  # 5 of 600: below 1% of the sweeps
+    assert len(check(10, 600)) == 1  # 10 of 600 (1.7%): warned
+    assert check(12, 700, new_run=False) == []  # the same run, checked again (a continuation): once per run
+    assert len(check([4, 6], [300, 300])) == 1  # two chains: 10 of 600 over the chains
+    assert check(4, 40) == []  # 4 events, 10% of the sweeps: too few to be a rate
+    msg = check(30, 30)[0]
+    assert "in 30 of 30 sweeps" in msg and "max_states=20" in msg and "max_states (e.g. to 40)" in msg
+    assert "fresh_used" in msg
+    # a negative control of the rule itself: a rule that warned on any event would warn at 5 of 600
+    assert reporting.overflow_rate_due(5, 600) is False and reporting.overflow_rate_due(10, 600) is True

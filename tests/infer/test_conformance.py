@@ -50,6 +50,8 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
 
@@ -213,3 +215,37 @@ def test_model_families(entry, family):
     else:
         with pytest.raises(NotImplementedError, match="GEM"):
             kernel.update_plan(y)
+
+
+# ---------------------------------------------------------------------------- no host callback
+def _callbacks_in_sweep(kernel, *args):
+    """The host callbacks in the lowered program of one sweep of ``kernel`` (what NumPyro's loop
+    compiles around ``kernel.sample``): none, so JAX's persistent cache may store it."""
+    state = kernel.init(jax.random.PRNGKey(0), 2, None, args, {})
+    text = jax.jit(lambda s: kernel.sample(s, args, {})).lower(state).as_text()
+    return text.count("callback")
+
+
+@pytest.mark.parametrize("cls", [pytest.param(c, id=c.__name__) for c in dict.fromkeys(e.cls for e in entries())])
+def test_no_host_callback_in_the_sweep(cls):
+    """The warnings of a run travel as counters in the state (``HDPState.events``), checked on the
+    host when the run returns: no kernel's sweep holds a host callback (a program with one is never
+    written to JAX's persistent compilation cache, so every new kernel, process and test would
+    compile NumPyro's loop again).  Hyperpriors (the exact concentration updates) and a prior
+    start whose ``MarkovChain`` draw would warn on its own are in the model."""
+
+    def model(y):
+        gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
+        hmm = nh.StickyHDPHMM(gamma, 2.0, 1.0, nh.emissions.Categorical(2, 1.0), max_states=4)
+        nh.sample("y", hmm, obs=y)
+
+    y = np.array([0, 0, 1, 1, 0, 1])
+    assert _callbacks_in_sweep(cls(model), y) == 0
+    if cls is nh.infer.WeakLimitGibbs:  # negative control: a sweep that warns through a callback is caught
+        class Calling(cls):
+            def sample(self, state, model_args, model_kwargs):
+                state = super().sample(state, model_args, model_kwargs)
+                jax.debug.callback(lambda n: None, state.num_states)
+                return state
+
+        assert _callbacks_in_sweep(Calling(model), y) > 0

@@ -87,7 +87,7 @@ class BeamInfo(NamedTuple):
     of the sweep's split-merge moves accepted; NaN without them) and ``fresh_used`` (the FFBS put
     some step in the state that this sweep's stick extension instantiated last, the one with the
     smallest stick: with ``overflow``, the sign that the states left out at the capacity were
-    plausibly needed; see :meth:`BeamSampler._overflow_warning`)."""
+    plausibly needed; see :attr:`BeamSampler.overflow_by_rate`)."""
 
     overflow: jax.Array
     num_instantiated: jax.Array
@@ -290,21 +290,19 @@ class BeamSampler(HDPKernel):
         sharding = SequenceSharding.from_arguments(mesh, sequence_axes, chain_axis)
         super().__init__(model, Beam(split_merge, sharding), **options)
 
-    def _overflow_warning(self, state):
-        r"""Warn of overflows only when the states left out at the capacity were plausibly needed.
-
-        An overflow means the stick extension stopped at ``max_states`` while some remainder
-        ``pi_{j,rem}`` still exceeded a slice: the exact sweep would have instantiated more states
-        (fresh prior draws of ``theta``, with ever smaller sticks) and offered them to the FFBS as
-        well.  The truncated sweep's draw differs from the exact one only when the FFBS would have
-        put some step in one of them.  The state the extension instantiated last is the closest
-        to them: a prior draw of ``theta`` like them, with the smallest stick instantiated.  When
-        the FFBS leaves it empty, the left-out states (a priori exchangeable with it, with smaller
-        sticks still) would most likely have stayed empty as well, and the draw is the exact
-        sweep's.  When it uses it (``BeamInfo.fresh_used``), or every slot is in use, the
-        truncation plausibly changed the draw; the kernel warns once such sweeps reach
-        :data:`~numpyro_hdphmm.infer.plumbing.reporting.OVERFLOW_RATE` (1%) of the sweeps after warmup, the bias
-        then being of that order.  Every overflow stays recorded in the ``overflow`` field
-        (docs/warnings.md).
-        """
-        return None  # the base class warns when such sweeps reach OVERFLOW_RATE of the sweeps after warmup
+    #: Warn of overflows only when the states left out at the capacity were plausibly needed.
+    #:
+    #: An overflow means the stick extension stopped at ``max_states`` while some remainder
+    #: ``pi_{j,rem}`` still exceeded a slice: the exact sweep would have instantiated more states
+    #: (fresh prior draws of ``theta``, with ever smaller sticks) and offered them to the FFBS as
+    #: well.  The truncated sweep's draw differs from the exact one only when the FFBS would have
+    #: put some step in one of them.  The state the extension instantiated last is the closest
+    #: to them: a prior draw of ``theta`` like them, with the smallest stick instantiated.  When
+    #: the FFBS leaves it empty, the left-out states (a priori exchangeable with it, with smaller
+    #: sticks still) would most likely have stayed empty as well, and the draw is the exact
+    #: sweep's.  When it uses it (``BeamInfo.fresh_used``), or every slot is in use, the
+    #: truncation plausibly changed the draw; the kernel warns once such sweeps reach
+    #: :data:`~numpyro_hdphmm.infer.plumbing.reporting.OVERFLOW_RATE` (1%) of the sweeps after warmup, the bias
+    #: then being of that order.  Every overflow stays recorded in the ``overflow`` field
+    #: (docs/warnings.md).
+    overflow_by_rate = True

@@ -41,7 +41,7 @@ from numpyro.util import is_prng_key
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.compile import one_off_applies, one_off_jit
 from numpyro_hdphmm._core.slots import count_used, occupied
-from numpyro_hdphmm._core.validation import host_warning, is_concrete
+from numpyro_hdphmm._core.validation import is_concrete, no_host_warnings
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit
 from numpyro_hdphmm.infer.plumbing import initialization, programs, reporting
 from numpyro_hdphmm.infer.plumbing.collapse import StatesInUse, collapse_rows
@@ -72,6 +72,7 @@ class _HDPStateFields(NamedTuple):
     inner_state: Any
     rng_key: jax.Array
     sweep: jax.Array
+    events: reporting.Events
 
 
 class HDPState(_HDPStateFields):
@@ -86,7 +87,9 @@ class HDPState(_HDPStateFields):
     names the sites);
     ``accept_prob``/``diverging``: statistics of the inner kernel (1.0/False without one);
     ``inner_state``: the inner kernel's state (or ``None``); ``rng_key``; ``sweep``: the sweeps
-    done since ``init`` (warmup included).
+    done since ``init`` (warmup included); ``events``: the run's counters of what must be reported
+    (:class:`~numpyro_hdphmm.infer.plumbing.reporting.Events`: checked on the host when the run
+    returns, no host callback in the sweep).
     """
 
     __slots__ = ()
@@ -148,6 +151,9 @@ class HDPKernel(MCMCKernel):
 
     sample_field = "z"
     algorithm: Algorithm = Algorithm()
+    #: warn of overflows by their rate after warmup (:data:`~numpyro_hdphmm.infer.plumbing.reporting.OVERFLOW_RATE`)
+    #: rather than at the first one (BeamSampler, whose truncation overflows harmlessly)
+    overflow_by_rate: bool = False
 
     def __init__(self, model, algorithm: Optional[Algorithm] = None, *, inner_kernel: Optional[MCMCKernel] = None,
                  exact_hyperparameters: bool = True, hyperparameters: str = "collapsed", verbose: bool = False,
@@ -171,6 +177,7 @@ class HDPKernel(MCMCKernel):
         self._spec: Optional[ModelSpec] = None
         self._spec_key = None
         self._model_cache = None
+        self._token = reporting.new_token()  # the registry of the warnings given in a run
         self._reset_programs()
 
     def __init_subclass__(cls, **kwargs):
@@ -354,6 +361,11 @@ class HDPKernel(MCMCKernel):
 
     # ------------------------------------------------------------------ init / sample
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        reporting.start_run(self._token)
+        with no_host_warnings():  # prior draws of the start: no warning of theirs concerns the user
+            return self._init(rng_key, num_warmup, init_params, model_args, model_kwargs)
+
+    def _init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         spec = self._discover(model_args, model_kwargs)
         if self._verbose:
@@ -444,29 +456,26 @@ class HDPKernel(MCMCKernel):
     def sample(self, state, model_args, model_kwargs):
         if self._sample_fn is None:
             raise RuntimeError(f"{type(self).__name__}.sample: call init first.")
-        state = self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
-        name = type(self).__name__
-        late = state.sweep > self._config[1]  # after warmup
-        flags = self._overflow_warning(state)
-        if flags is not None:
-            host_warning(reporting.warn_overflow, flags, self._spec.capacity, name)
-        else:  # the rate of overflows that plausibly biased a sweep, after warmup (BeamSampler)
-            needed = state.info.fresh_used | (state.num_states >= self._spec.capacity)
-            event = (state.info.overflow & needed & late).astype(jnp.int32)
-            host_warning(reporting.warn_overflow_rate, jnp.stack([event, event * (state.sweep - self._config[1])], -1),
-                         self._spec.capacity, name, int(np.size(state.num_states)), id(self))
-        if self._spec.sites.kind == "hsmm":  # the duration truncation binds (after warmup)
-            host_warning(reporting.warn_max_duration, state.info.at_max_duration & late, name)
-        if self._inner is not None:  # divergences of the inner kernel after warmup
-            host_warning(reporting.warn_divergence, state.diverging & late, name)
-        names = tuple(k for k, v in state.z.items() if jnp.issubdtype(jnp.result_type(v), jnp.inexact)) + ("lp",)
-        host_warning(reporting.warn_nonfinite, reporting.nonfinite_sites(state.z, state.lp), names, name)
-        return state
+        with no_host_warnings():  # the run's warnings travel in state.events (reporting)
+            return self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
 
-    def _overflow_warning(self, state):
-        """The overflow flags that warn (default: every overflow; ``state.info.overflow`` records them
-        all), or ``None`` to warn by the rate of plausibly biased overflows instead (BeamSampler)."""
-        return state.info.overflow
+    def _sweep_events(self, state: HDPState, events: reporting.Events) -> reporting.Events:
+        """``events`` plus what the sweep that made ``state`` (one chain) must report
+        (:class:`~numpyro_hdphmm.infer.plumbing.reporting.Events`)."""
+        late = state.sweep > self._config[1]  # after warmup
+        info = state.info
+        overflow = jnp.any(info.overflow)
+        biased = jnp.zeros((), bool)
+        if self.overflow_by_rate:  # the rate of overflows that plausibly biased a sweep, after warmup (BeamSampler)
+            biased = jnp.any(info.overflow & (info.fresh_used | (state.num_states >= self._spec.capacity))) & late
+        at_max = jnp.any(info.at_max_duration) & late if hasattr(info, "at_max_duration") else False
+        divergent = jnp.any(state.diverging) & late if self._inner is not None else False
+        return events.add(overflow, biased, late, at_max, divergent, reporting.nonfinite_sites(state.z, state.lp))
+
+    def _report(self, z) -> reporting.Report:
+        """The static part of the run's :class:`~numpyro_hdphmm.infer.plumbing.reporting.Events`."""
+        names = tuple(k for k, v in z.items() if jnp.issubdtype(jnp.result_type(v), jnp.inexact)) + ("lp",)
+        return reporting.Report(type(self).__name__, self._spec.capacity, names, self.overflow_by_rate, self._token)
 
     def _clusters(self, init_params) -> bool:
         """Whether the start clusters the data: the data-driven start (or a NumPyro strategy) and
@@ -499,7 +508,7 @@ class HDPKernel(MCMCKernel):
         info = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
             lambda s, k: self.algorithm.step(k, s, spec, view)[1], algorithm_state, key_algorithm))
         return self._state(z, model_args, model_kwargs, algorithm_state, info, jnp.ones((), jnp.result_type(float)),
-                           jnp.zeros((), bool), inner_state, key_state)
+                           jnp.zeros((), bool), inner_state, key_state, events=reporting.Events.zeros(self._report(z)))
 
     def _prior_start(self, rng_key, init_params, model_args, model_kwargs, cluster: bool = True):
         """``(z, view, start, states, given, k_given)`` before the data-driven start: every latent
@@ -557,9 +566,10 @@ class HDPKernel(MCMCKernel):
         return self._with_explicit(z, start), view, start
 
     def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key,
-               sweep=None):
+               sweep=None, events=None):
         """Assemble an :class:`HDPState`: ``lp``, the data log-likelihood, ``num_states`` and the
-        non-finite flag from ``z``."""
+        non-finite flag from ``z``; ``events``: the counters before this sweep, to which it adds its
+        own (:meth:`_sweep_events`), or the zero counters of ``init``."""
         lp, data = self._log_joint(z, model_args, model_kwargs)
         return HDPState(
             z=z,
@@ -574,6 +584,7 @@ class HDPKernel(MCMCKernel):
             inner_state=inner_state,
             rng_key=rng_key,
             sweep=jnp.zeros((), jnp.int32) if sweep is None else sweep,
+            events=events,
         )
 
     def _sample_one(self, state: HDPState, model_args, model_kwargs) -> HDPState:
@@ -591,8 +602,9 @@ class HDPKernel(MCMCKernel):
             view = self._view(model_args, model_kwargs, z)
             algorithm_state = alg.resume(k_resume, algorithm_state, spec, view)
             z = self._with_explicit(z, alg.explicit(random.fold_in(k_explicit, 1), algorithm_state, spec, view))
-        return self._state(z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, k_next,
-                           state.sweep + 1)
+        new = self._state(z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, k_next,
+                          state.sweep + 1, state.events)
+        return new._replace(events=self._sweep_events(new, state.events))
 
 
 HDPKernel.__doc__ = HDPKernel.__doc__.format(**KERNEL_OPTIONS)

@@ -1,15 +1,140 @@
-"""What the kernels tell the user after a sweep: overflow of the capacity, divergences of the inner
-kernel, non-finite values, and a capacity too large to compile quickly (``docs/warnings.md``)."""
+"""What the kernels tell the user about a run: overflow of the capacity, divergences of the inner
+kernel, segments at ``max_duration``, non-finite values, and a capacity too large to compile quickly
+(``docs/warnings.md``).
+
+**No host callback in the compiled loop.**  A sweep only counts its events in the state
+(:class:`Events`, a field of :class:`~numpyro_hdphmm.infer.plumbing.adapter.HDPState`: counters
+since ``init``); the warnings are decided on the host when a state with concrete values reaches
+Python, i.e. when :func:`jax.tree_util.tree_unflatten` rebuilds :class:`Events` from arrays that
+are not tracers: at the end of ``MCMC.run`` (NumPyro's loop returns the last state), after every
+sweep with the progress bar on (NumPyro then runs one compiled sweep at a time), and after every
+``kernel.sample`` call made by hand.  A program holding a host callback is never written to JAX's
+persistent compilation cache (its key holds the callback's address), so a callback in the sweep
+made every new kernel, process and test compile NumPyro's loop again.  Each kind of warning is
+given at most once per run of a kernel (:func:`start_run` at ``init``; a ``post_warmup_state``
+continuation is the same run, its counters go on)."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from typing import NamedTuple, Tuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["OVERFLOW_RATE", "OVERFLOW_EVENTS", "LARGE_CAPACITY", "warn_overflow", "warn_overflow_rate", "warn_max_duration",
-           "warn_divergence", "nonfinite_sites", "warn_nonfinite", "check_capacity"]
+__all__ = ["OVERFLOW_RATE", "OVERFLOW_EVENTS", "LARGE_CAPACITY", "Report", "Events", "new_token", "start_run", "report",
+           "warn_overflow", "warn_overflow_rate", "overflow_rate_due", "warn_max_duration", "warn_divergence", "nonfinite_sites",
+           "warn_nonfinite", "check_capacity"]
+
+
+class Report(NamedTuple):
+    """What the host needs, besides the counters, to word a run's warnings (static: part of the
+    state's tree structure, never of the compiled program).
+
+    ``kernel``: the kernel's class name; ``capacity``: ``max_states``; ``sites``: the recorded
+    floating-point sites in the order of :func:`nonfinite_sites` (``"lp"`` last); ``rate``: warn
+    of overflows by their rate after warmup (BeamSampler) rather than at the first; ``token``: the
+    kernel's run registry key (:func:`new_token`)."""
+
+    kernel: str
+    capacity: int
+    sites: Tuple[str, ...]
+    rate: bool
+    token: int
+
+
+_TOKENS = itertools.count()
+#: token -> the kinds of warning already given in the kernel's current run
+_WARNED = {}
+
+
+def new_token() -> int:
+    """A fresh key for one kernel's warning registry."""
+    return next(_TOKENS)
+
+
+def start_run(token: int) -> None:
+    """A new run of the kernel (``init``): every kind of warning may be given again."""
+    _WARNED[token] = set()
+
+
+@jax.tree_util.register_pytree_node_class
+class Events:
+    """Counters of the events a run must report, since ``init`` (any leading chain axes).
+
+    ``overflow``: sweeps in which every slot was occupied (or the algorithm's truncation
+    overflowed); ``biased``: sweeps after warmup whose overflow plausibly changed the draw (the
+    rate rule, :data:`OVERFLOW_RATE`); ``late``: sweeps after warmup; ``at_max_duration``:
+    sweeps after warmup with a segment of ``max_duration`` steps (HDP-HSMM); ``divergences``:
+    divergent inner-kernel transitions after warmup; ``nonfinite``: ``(num sites,)`` sweeps with a
+    NaN or infinite value at each of ``report.sites``.  All int32.
+
+    Rebuilt from concrete arrays (the end of a run, a sweep on the host), it checks them
+    (:func:`report`)."""
+
+    FIELDS = ("overflow", "biased", "late", "at_max_duration", "divergences", "nonfinite")
+
+    def __init__(self, report_, overflow, biased, late, at_max_duration, divergences, nonfinite):
+        self.report = report_
+        self.overflow, self.biased, self.late = overflow, biased, late
+        self.at_max_duration, self.divergences, self.nonfinite = at_max_duration, divergences, nonfinite
+
+    @classmethod
+    def zeros(cls, report_: Report) -> "Events":
+        z = jnp.zeros((), jnp.int32)
+        return cls(report_, z, z, z, z, z, jnp.zeros((len(report_.sites),), jnp.int32))
+
+    def counts(self):
+        return tuple(getattr(self, f) for f in self.FIELDS)
+
+    def add(self, *increments) -> "Events":
+        """The counters plus this sweep's events (booleans or counts, in :attr:`FIELDS` order)."""
+        return Events(self.report, *(c + jnp.asarray(i).astype(jnp.int32) for c, i in zip(self.counts(), increments)))
+
+    def tree_flatten(self):
+        return self.counts(), self.report
+
+    @classmethod
+    def tree_unflatten(cls, report_, leaves):
+        events = cls(report_, *leaves)
+        if isinstance(report_, Report) and all(_is_host_value(v) for v in leaves):
+            report(events)
+        return events
+
+    def __repr__(self):
+        return f"Events({', '.join(f'{f}={getattr(self, f)!r}' for f in self.FIELDS)})"
+
+
+def _is_host_value(v) -> bool:
+    """A concrete array (not a tracer, not an abstract shape)."""
+    return isinstance(v, np.ndarray) or (isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer))
+
+
+def report(events: Events) -> None:
+    """Give the warnings the counters call for (summed over chains), each kind once per run."""
+    rep = events.report
+    warned = _WARNED.setdefault(rep.token, set())
+    total = lambda v: int(np.sum(np.asarray(v)))
+    due = []
+    if not rep.rate and total(events.overflow):
+        due.append(("overflow", lambda: warn_overflow(True, rep.capacity, rep.kernel)))
+    if rep.rate:
+        biased, late = total(events.biased), total(events.late)
+        if overflow_rate_due(biased, late):
+            due.append(("overflow", lambda: _warn_biased_overflow(biased, late, rep.capacity, rep.kernel)))
+    if total(events.at_max_duration):
+        due.append(("at_max_duration", lambda: warn_max_duration(True, rep.kernel)))
+    if total(events.divergences):
+        due.append(("divergences", lambda: warn_divergence(total(events.divergences), rep.kernel)))
+    bad = np.asarray(events.nonfinite).reshape(-1, len(rep.sites)).sum(0) > 0
+    if bad.any():
+        due.append(("nonfinite", lambda: warn_nonfinite(bad, rep.sites, rep.kernel)))
+    for kind, warn in due:
+        if kind not in warned:
+            warned.add(kind)
+            warn()
 
 
 def warn_overflow(overflow, capacity, kernel):
@@ -34,32 +159,32 @@ def warn_overflow(overflow, capacity, kernel):
 OVERFLOW_RATE = 0.01
 #: ... and at least this many of them (one early event is not a rate)
 OVERFLOW_EVENTS = 5
-_overflow_events = {}
 
 
-def warn_overflow_rate(value, capacity, kernel, num_chains, key):
-    """Host side of the BeamSampler's overflow warning: ``value = (chains, chains * sweep)`` summed
-    over the chains with an event in this sweep; warns once the events reach
-    :data:`OVERFLOW_RATE` of the post-warmup sweeps of every chain, and :data:`OVERFLOW_EVENTS` in number."""
-    value = np.asarray(value).reshape(-1, 2).sum(0)
-    chains, sweep = int(value[0]), int(value[1]) // max(int(value[0]), 1)
-    total, last, warned = _overflow_events.get(key, (0, -1, False))
-    if sweep < last:  # a new run starts the count again
-        total, warned = 0, False
-    total += chains
-    due = not warned and total >= max(OVERFLOW_EVENTS, OVERFLOW_RATE * sweep * num_chains)
-    _overflow_events[key] = (total, sweep, warned or due)
-    if due:  # once per run
-        warnings.warn(
-            f"{kernel}: in {total} of {sweep * num_chains} sweeps after warmup (over all chains) the slice variables "
-            f"asked for more than max_states={capacity} states and the sweep used a state it had just instantiated (or "
-            "every slot), so "
-            "the states left out at the capacity were plausibly needed too and those draws come from the model "
-            f"truncated at max_states; increase max_states (e.g. to {2 * capacity}). The `overflow` and `fresh_used` "
-            "fields (extra_fields=('overflow', 'fresh_used')) mark those sweeps.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+def warn_overflow_rate(biased, late, capacity, kernel):
+    """BeamSampler's overflow warning: ``biased`` post-warmup sweeps (over all chains) of ``late``
+    in all had an overflow that plausibly changed the draw; warns when they reach
+    :data:`OVERFLOW_RATE` of the sweeps and :data:`OVERFLOW_EVENTS` in number."""
+    if overflow_rate_due(biased, late):
+        _warn_biased_overflow(biased, late, capacity, kernel)
+
+
+def overflow_rate_due(biased: int, late: int) -> bool:
+    """Whether ``biased`` plausibly biased overflows in ``late`` sweeps after warmup call for the warning."""
+    return biased > 0 and biased >= max(OVERFLOW_EVENTS, OVERFLOW_RATE * late)
+
+
+def _warn_biased_overflow(biased, late, capacity, kernel):
+    warnings.warn(
+        f"{kernel}: in {biased} of {late} sweeps after warmup (over all chains) the slice variables "
+        f"asked for more than max_states={capacity} states and the sweep used a state it had just instantiated (or "
+        "every slot), so "
+        "the states left out at the capacity were plausibly needed too and those draws come from the model "
+        f"truncated at max_states; increase max_states (e.g. to {2 * capacity}). The `overflow` and `fresh_used` "
+        "fields (extra_fields=('overflow', 'fresh_used')) mark those sweeps.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def warn_max_duration(flags, kernel):

@@ -260,7 +260,7 @@ REGISTRY: tuple[Entry, ...] = (
           geweke=(Geweke(3, weak_limit_statistics, _t(dict(num_steps=8, num_iterations=6000, num_prior=6000))),),
           determinism=True),
     Entry("DirectAssignmentGibbs", nh.infer.DirectAssignmentGibbs,
-          enumeration=(_da_enumeration("single"), _da_enumeration("padded"), _da_enumeration("missing")),
+          enumeration=(_da_enumeration("single"), _da_enumeration("padded", slow=True), _da_enumeration("missing")),
           geweke=(Geweke(12, partition_statistics, _t(_GEWEKE_DA)),),
           determinism=True),
     Entry("BeamSampler", nh.infer.BeamSampler,

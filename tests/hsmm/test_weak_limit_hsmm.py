@@ -103,7 +103,7 @@ def _tv(right_censored, kernel):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("right_censored", [True, False])
+@pytest.mark.parametrize("right_censored", [True, pytest.param(False, marks=pytest.mark.slow)])  # 90 s each
 def test_exact_enumeration(right_censored):
     tv, bound = _tv(right_censored, nh.infer.WeakLimitGibbs(_model(right_censored)))
     print(f"HSMM enumeration (right_censored={right_censored}): TV {tv:.4f}, bound {bound:.4f}")

@@ -56,6 +56,8 @@ def test_direct_assignment_custom_emission_enumeration(exact):
     assert tv < bound, (tv, bound)
 
 
+@pytest.mark.slow  # 127 s; the direct-assignment case stays in the default set
+@pytest.mark.statistical
 def test_beam_custom_emission_enumeration(exact):
     tv, bound = _tv(BeamSampler, exact)
     assert tv < bound, (tv, bound)

@@ -102,6 +102,8 @@ def mixture_model(y):
     nh.sample("y", hmm, obs=y)
 
 
+@pytest.mark.slow  # 117 s; the DP-mixture enumeration of WeakLimitGibbs stays in the default set
+@pytest.mark.statistical
 def test_enumeration_dp_mixture_emissions():
     """Fox et al. Alg. 3 (components integrated out, with the weak-limit mixture of the model):
     the partition of the states matches the exact posterior, mixture marginals summed over s."""

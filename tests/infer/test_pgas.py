@@ -246,8 +246,10 @@ def clusters_model(num_clusters, concentration):
 
 
 @pytest.mark.parametrize("num_clusters,concentration,num_chains,redone", [
-    (4, 1.0, 2, False),  # few states created per sweep: sweeps that fit their small size
-    (12, 20.0, None, True),  # many: the sweeps outgrow their size and are redone at the capacity
+    # few states created per sweep: sweeps that fit their small size (slow: 171 s in the default run)
+    pytest.param(4, 1.0, 2, False, marks=pytest.mark.slow),
+    # many: the sweeps outgrow their size and are redone at the capacity (slow: 119 s)
+    pytest.param(12, 20.0, None, True, marks=pytest.mark.slow),
     pytest.param(4, 1.0, None, False, marks=pytest.mark.slow),
     pytest.param(12, 20.0, 2, True, marks=pytest.mark.slow),
 ])

@@ -238,10 +238,12 @@ def check_against_enumeration(name, seed=0, num_warmup=NUM_WARMUP, random_scale=
     return tv, bound, z_score(phi, phi_mean), z_scale
 
 
-# the default set: the two collapsed call sites of the base update (direct assignment, RCD) here and the
+# the default set: a collapsed call site of the base update (direct assignment) here and the
 # explicit-row global step (WeakLimitGibbs, BeamSampler, PGAS: moves.global_step) in the beam's random-scale
-# case below; the weak limit's own case is slow (test_kernels_match_enumeration_slow has every kernel, both ways)
-@pytest.mark.parametrize("name", ["direct_assignment", "rcd_stepwise",
+# case below; RCD's call site (132 s) and the weak limit's own case are slow
+# (test_kernels_match_enumeration_slow has every kernel, both ways)
+@pytest.mark.parametrize("name", ["direct_assignment",
+                                  pytest.param("rcd_stepwise", marks=[pytest.mark.slow, pytest.mark.statistical]),
                                   pytest.param("weak_limit", marks=[pytest.mark.slow, pytest.mark.statistical])])
 def test_kernels_match_enumeration(name):
     """The partition of the states (total variation) and the mean of ``phi`` (z-score) of the

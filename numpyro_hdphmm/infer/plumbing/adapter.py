@@ -12,7 +12,9 @@ non-array values, with the data passed as arguments: a second ``MCMC.run`` with 
 data of the same shape, ``jit_model_args=True`` and a ``post_warmup_state`` continuation compile
 neither again.  (NumPyro's own sampling loop is recompiled by NumPyro on every ``run`` with
 ``progress_bar=False``, for every kernel, NUTS included; with the progress bar and
-``jit_model_args=True`` it is reused too.)
+``jit_model_args=True`` it is reused too.  The sweep holds no host callback, the run's warnings
+being counters in the state, :mod:`~numpyro_hdphmm.infer.plumbing.reporting`, so with JAX's
+persistent compilation cache on, a recompiled loop is loaded from the cache.)
 ``docs/kernels.md`` walks through the weak-limit kernel as the worked example.
 
 **One constructor pattern.**  A kernel is ``HDPKernel`` subclass whose ``__init__`` takes the model

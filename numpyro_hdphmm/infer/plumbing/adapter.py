@@ -461,9 +461,10 @@ class HDPKernel(MCMCKernel):
         with no_host_warnings():  # the run's warnings travel in state.events (reporting)
             return self._sample_fn(state, model_args, {} if model_kwargs is None else model_kwargs)
 
-    def _sweep_events(self, state: HDPState, events: reporting.Events) -> reporting.Events:
+    def _sweep_events(self, state: HDPState, events: reporting.Events, nonfinite) -> reporting.Events:
         """``events`` plus what the sweep that made ``state`` (one chain) must report
-        (:class:`~numpyro_hdphmm.infer.plumbing.reporting.Events`)."""
+        (:class:`~numpyro_hdphmm.infer.plumbing.reporting.Events`); ``nonfinite``: its
+        :func:`~numpyro_hdphmm.infer.plumbing.reporting.nonfinite_sites`."""
         late = state.sweep > self._config[1]  # after warmup
         info = state.info
         overflow = jnp.any(info.overflow)
@@ -472,7 +473,7 @@ class HDPKernel(MCMCKernel):
             biased = jnp.any(info.overflow & (info.fresh_used | (state.num_states >= self._spec.capacity))) & late
         at_max = jnp.any(info.at_max_duration) & late if hasattr(info, "at_max_duration") else False
         divergent = jnp.any(state.diverging) & late if self._inner is not None else False
-        return events.add(overflow, biased, late, at_max, divergent, reporting.nonfinite_sites(state.z, state.lp))
+        return events.add(overflow, biased, late, at_max, divergent, nonfinite)
 
     def _report(self, z) -> reporting.Report:
         """The static part of the run's :class:`~numpyro_hdphmm.infer.plumbing.reporting.Events`."""
@@ -510,7 +511,7 @@ class HDPKernel(MCMCKernel):
         info = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
             lambda s, k: self.algorithm.step(k, s, spec, view)[1], algorithm_state, key_algorithm))
         return self._state(z, model_args, model_kwargs, algorithm_state, info, jnp.ones((), jnp.result_type(float)),
-                           jnp.zeros((), bool), inner_state, key_state, events=reporting.Events.zeros(self._report(z)))
+                           jnp.zeros((), bool), inner_state, key_state, reporting.Events.zeros(self._report(z)))
 
     def _prior_start(self, rng_key, init_params, model_args, model_kwargs, cluster: bool = True):
         """``(z, view, start, states, given, k_given)`` before the data-driven start: every latent
@@ -568,19 +569,20 @@ class HDPKernel(MCMCKernel):
         return self._with_explicit(z, start), view, start
 
     def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key,
-               sweep=None, events=None):
+               events, sweep=None):
         """Assemble an :class:`HDPState`: ``lp``, the data log-likelihood, ``num_states`` and the
-        non-finite flag from ``z``; ``events``: the counters before this sweep, to which it adds its
-        own (:meth:`_sweep_events`), or the zero counters of ``init``."""
+        non-finite flag from ``z``; ``events``: the zero counters of ``init``, or (``sweep`` given)
+        the counters before this sweep, to which its own are added (:meth:`_sweep_events`)."""
         lp, data = self._log_joint(z, model_args, model_kwargs)
-        return HDPState(
+        nonfinite = reporting.nonfinite_sites(z, lp)
+        state = HDPState(
             z=z,
             algorithm=algorithm_state,
             info=info,
             num_states=count_used(z[self._spec.sites.states], self._spec.capacity),
             lp=lp,
             data_loglik=data,
-            nonfinite=jnp.any(reporting.nonfinite_sites(z, lp)),
+            nonfinite=jnp.any(nonfinite),
             accept_prob=accept_prob,
             diverging=diverging,
             inner_state=inner_state,
@@ -588,6 +590,7 @@ class HDPKernel(MCMCKernel):
             sweep=jnp.zeros((), jnp.int32) if sweep is None else sweep,
             events=events,
         )
+        return state if sweep is None else state._replace(events=self._sweep_events(state, events, nonfinite))
 
     def _sample_one(self, state: HDPState, model_args, model_kwargs) -> HDPState:
         spec = self._spec
@@ -604,9 +607,8 @@ class HDPKernel(MCMCKernel):
             view = self._view(model_args, model_kwargs, z)
             algorithm_state = alg.resume(k_resume, algorithm_state, spec, view)
             z = self._with_explicit(z, alg.explicit(random.fold_in(k_explicit, 1), algorithm_state, spec, view))
-        new = self._state(z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, k_next,
-                          state.sweep + 1, state.events)
-        return new._replace(events=self._sweep_events(new, state.events))
+        return self._state(z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, k_next,
+                           state.events, state.sweep + 1)
 
 
 HDPKernel.__doc__ = HDPKernel.__doc__.format(**KERNEL_OPTIONS)

@@ -123,7 +123,7 @@ def report(events: Events) -> None:
     if rep.rate:
         biased, late = total(events.biased), total(events.late)
         if overflow_rate_due(biased, late):
-            due.append(("overflow", lambda: _warn_biased_overflow(biased, late, rep.capacity, rep.kernel)))
+            due.append(("overflow", lambda: warn_overflow_rate(biased, late, rep.capacity, rep.kernel)))
     if total(events.at_max_duration):
         due.append(("at_max_duration", lambda: warn_max_duration(True, rep.kernel)))
     if total(events.divergences):
@@ -161,20 +161,15 @@ OVERFLOW_RATE = 0.01
 OVERFLOW_EVENTS = 5
 
 
-def warn_overflow_rate(biased, late, capacity, kernel):
-    """BeamSampler's overflow warning: ``biased`` post-warmup sweeps (over all chains) of ``late``
-    in all had an overflow that plausibly changed the draw; warns when they reach
-    :data:`OVERFLOW_RATE` of the sweeps and :data:`OVERFLOW_EVENTS` in number."""
-    if overflow_rate_due(biased, late):
-        _warn_biased_overflow(biased, late, capacity, kernel)
-
-
 def overflow_rate_due(biased: int, late: int) -> bool:
     """Whether ``biased`` plausibly biased overflows in ``late`` sweeps after warmup call for the warning."""
     return biased > 0 and biased >= max(OVERFLOW_EVENTS, OVERFLOW_RATE * late)
 
 
-def _warn_biased_overflow(biased, late, capacity, kernel):
+def warn_overflow_rate(biased, late, capacity, kernel):
+    """BeamSampler's overflow warning (:func:`report` gives it when :func:`overflow_rate_due`):
+    ``biased`` post-warmup sweeps (over all chains) of ``late`` in all had an overflow that
+    plausibly changed the draw."""
     warnings.warn(
         f"{kernel}: in {biased} of {late} sweeps after warmup (over all chains) the slice variables "
         f"asked for more than max_states={capacity} states and the sweep used a state it had just instantiated (or "

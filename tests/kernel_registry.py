@@ -256,11 +256,11 @@ def _pgas_geweke(proposal):
 
 REGISTRY: tuple[Entry, ...] = (
     Entry("WeakLimitGibbs", nh.infer.WeakLimitGibbs, families=frozenset(FAMILY_NAMES), target="weak_limit",
-          enumeration=(_wl_enumeration("single"), _wl_enumeration("padded")),
+          enumeration=(_wl_enumeration("single"), _wl_enumeration("padded", slow=True)),
           geweke=(Geweke(3, weak_limit_statistics, _t(dict(num_steps=8, num_iterations=6000, num_prior=6000))),),
           determinism=True),
     Entry("DirectAssignmentGibbs", nh.infer.DirectAssignmentGibbs,
-          enumeration=(_da_enumeration("single"), _da_enumeration("padded", slow=True), _da_enumeration("missing")),
+          enumeration=(_da_enumeration("single"), _da_enumeration("padded", slow=True), _da_enumeration("missing", slow=True)),
           geweke=(Geweke(12, partition_statistics, _t(_GEWEKE_DA)),),
           determinism=True),
     Entry("BeamSampler", nh.infer.BeamSampler,

@@ -40,7 +40,9 @@ def main(argv=None):
                         help="also save map_sequences of a row-wise function of 5 rows on 1..D devices")
     args = parser.parse_args(argv)
 
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
+    # the device count added to the flags the worker was given (the tests' compile settings, conftest)
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""),
+                                        f"--xla_force_host_platform_device_count={args.devices}"]).strip()
     import jax
 
     jax.config.update("jax_enable_x64", True)

@@ -51,6 +51,8 @@ def _tv(kernel_cls, exact, num_chains=1000, num_warmup=40):
     return tv, bound
 
 
+@pytest.mark.slow  # 107 s; every kernel's default exactness check is its conformance enumeration
+@pytest.mark.statistical
 def test_direct_assignment_custom_emission_enumeration(exact):
     tv, bound = _tv(DirectAssignmentGibbs, exact)
     assert tv < bound, (tv, bound)

@@ -130,6 +130,8 @@ def _compare(exact, draws):
 Z_LIMIT = 4.0
 
 
+@pytest.mark.slow  # 58 s; the family's update is checked exactly in tests/emissions/test_dp_mixture.py
+@pytest.mark.statistical
 def test_enumeration_states_concentration_and_predictive(exact):
     tv, bound, z = _compare(exact, _final_draws(dp_model, Y))
     assert tv < bound and max(abs(v) for v in z.values()) < Z_LIMIT, (tv, bound, z, exact[1])

@@ -238,11 +238,11 @@ def check_against_enumeration(name, seed=0, num_warmup=NUM_WARMUP, random_scale=
     return tv, bound, z_score(phi, phi_mean), z_scale
 
 
-# the default set: a collapsed call site of the base update (direct assignment) here and the
-# explicit-row global step (WeakLimitGibbs, BeamSampler, PGAS: moves.global_step) in the beam's random-scale
-# case below; RCD's call site (132 s) and the weak limit's own case are slow
+# slow (75-136 s each): the kernels' call sites of the base update against enumeration; the default
+# set checks the update itself against its exact conditional (test_phi_and_scale_update_match_the_exact_conditional)
+# and each kernel against enumeration in tests/infer/test_conformance.py
 # (test_kernels_match_enumeration_slow has every kernel, both ways)
-@pytest.mark.parametrize("name", ["direct_assignment",
+@pytest.mark.parametrize("name", [pytest.param("direct_assignment", marks=[pytest.mark.slow, pytest.mark.statistical]),
                                   pytest.param("rcd_stepwise", marks=[pytest.mark.slow, pytest.mark.statistical]),
                                   pytest.param("weak_limit", marks=[pytest.mark.slow, pytest.mark.statistical])])
 def test_kernels_match_enumeration(name):
@@ -252,6 +252,8 @@ def test_kernels_match_enumeration(name):
     assert tv < bound and abs(z) < 4.0, (tv, bound, z)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("name", ["beam"])
 def test_kernels_match_enumeration_random_scale(name):
     """The same with ``scale ~ Gamma(2, 1)`` a site of the model: the mean of the scale too."""

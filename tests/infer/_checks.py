@@ -118,6 +118,16 @@ def final_states(kernel, model_args, num_chains, num_warmup, site="y_states", se
     return z.reshape(num_chains, -1)
 
 
+def callbacks_in_sweep(kernel, *args):
+    """The host callbacks in the lowered program of one sweep of ``kernel`` (what NumPyro's loop
+    compiles around ``kernel.sample``) on the model arguments ``args``: none, so JAX's persistent
+    cache may store it.  The start's shapes come from ``jax.eval_shape`` of ``kernel.init`` (its
+    programs traced, not compiled)."""
+    state = jax.eval_shape(lambda key: kernel.init(key, 2, None, args, {}), jax.random.PRNGKey(0))
+    text = jax.jit(lambda s: kernel.sample(s, args, {})).lower(state).as_text()
+    return text.count("callback")
+
+
 # --------------------------------------------------------------------------- Geweke test
 def geweke_z_scores(kernel, model, statistics, num_steps, num_iterations, num_prior, seed=0, y_site="y",
                     num_chains=1, chunk=100):

@@ -57,7 +57,7 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 
-from _checks import empirical_tv, exact_infinite_posterior, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
+from _checks import callbacks_in_sweep, empirical_tv, exact_infinite_posterior, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
 from kernel_registry import BY_NAME, FAMILIES, FAMILY_NAMES, categorical_model, entries, geweke_model
 
 NUM_CATEGORIES = 2
@@ -218,15 +218,6 @@ def test_model_families(entry, family):
 
 
 # ---------------------------------------------------------------------------- no host callback
-def _callbacks_in_sweep(kernel, *args):
-    """The host callbacks in the lowered program of one sweep of ``kernel`` (what NumPyro's loop
-    compiles around ``kernel.sample``): none, so JAX's persistent cache may store it."""
-    # the state's shapes only: its start program is traced, not compiled
-    state = jax.eval_shape(lambda key: kernel.init(key, 2, None, args, {}), jax.random.PRNGKey(0))
-    text = jax.jit(lambda s: kernel.sample(s, args, {})).lower(state).as_text()
-    return text.count("callback")
-
-
 @pytest.mark.parametrize("cls", [pytest.param(c, id=c.__name__) for c in dict.fromkeys(e.cls for e in entries())])
 def test_no_host_callback_in_the_sweep(cls):
     """The warnings of a run travel as counters in the state (``HDPState.events``), checked on the
@@ -241,7 +232,7 @@ def test_no_host_callback_in_the_sweep(cls):
         nh.sample("y", hmm, obs=y)
 
     y = np.array([0, 0, 1, 1, 0, 1])
-    assert _callbacks_in_sweep(cls(model), y) == 0
+    assert callbacks_in_sweep(cls(model), y) == 0
     if cls is nh.infer.WeakLimitGibbs:  # negative control: a sweep that warns through a callback is caught
         class Calling(cls):
             def sample(self, state, model_args, model_kwargs):
@@ -249,4 +240,4 @@ def test_no_host_callback_in_the_sweep(cls):
                 jax.debug.callback(lambda n: None, state.num_states)
                 return state
 
-        assert _callbacks_in_sweep(Calling(model), y) > 0
+        assert callbacks_in_sweep(Calling(model), y) > 0

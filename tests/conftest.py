@@ -6,23 +6,35 @@ import subprocess
 import sys
 import tempfile
 
+import jax
 import numpy as np
 import pytest
 
+jax.config.update("jax_enable_x64", True)  # before the package is imported (below)
+
 
 def _fast_compile_flags():
-    """XLA:CPU compiles the tests' programs without LLVM's optimization passes and with its classic
-    emitters instead of the MLIR fusion emitters (the package's one-off compiler options,
-    ``numpyro_hdphmm._core.compile.ONE_OFF_COMPILER_OPTIONS``, here for every program): the default
+    """XLA:CPU compiles the tests' programs with the package's one-off compiler options
+    (:data:`numpyro_hdphmm._core.compile.ONE_OFF_COMPILER_OPTIONS`: no LLVM optimization passes,
+    the classic emitters instead of the MLIR fusion emitters), here for every program: the default
     set's cost is compilation, and these halve it for the kernels' sweeps (measured alone, one
     process, a fresh cache: five sampler tests 453 -> 261 CPU s), while the small problems the
-    tests run take little longer.  Set in ``XLA_FLAGS`` before JAX starts its backend (the xdist
-    workers and the tests' subprocesses inherit it), after a probe process accepted the flags (an
-    unknown flag aborts a process).  ``NH_TEST_FAST_COMPILE=0`` keeps XLA's defaults."""
-    flags = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+    tests run take little longer.  Set in ``XLA_FLAGS`` before JAX starts its backend (read then, not at ``import jax``; the xdist
+    workers and the tests' subprocesses inherit it; importing the package starts none, and a
+    backend already up raises rather than ignore the flags), after a probe process accepted the
+    flags (an unknown flag aborts a process).  ``NH_TEST_FAST_COMPILE=0`` keeps XLA's defaults."""
+    from jax._src.xla_bridge import backends_are_initialized
+
+    from numpyro_hdphmm._core.compile import ONE_OFF_COMPILER_OPTIONS
+
+    flags = tuple(f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+                  for name, value in ONE_OFF_COMPILER_OPTIONS.items())
     current = os.environ.get("XLA_FLAGS", "")
     if os.environ.get("NH_TEST_FAST_COMPILE", "1") == "0" or all(f.split("=")[0] in current for f in flags):
         return
+    if backends_are_initialized():
+        raise RuntimeError("tests/conftest.py: JAX's backend started before XLA_FLAGS could be set (an import "
+                           "made an array); the tests' compiler options would be ignored.")
     wanted = " ".join([current, *(f for f in flags if f.split("=")[0] not in current)]).strip()
     probe = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"],
                            env={**os.environ, "XLA_FLAGS": wanted}, capture_output=True, timeout=300)
@@ -31,10 +43,6 @@ def _fast_compile_flags():
 
 
 _fast_compile_flags()
-
-import jax  # noqa: E402  (after XLA_FLAGS)
-
-jax.config.update("jax_enable_x64", True)
 
 # JAX's persistent compilation cache, shared by the xdist workers of a run (and by later runs on
 # the machine): many tests build a kernel for the same model and data shapes, whose programs are

@@ -4,7 +4,8 @@ The (sticky) HDP-HMM as NumPyro distributions (:class:`StickyHDPHMM`, :class:`HD
 latent structure :func:`sample` declares as explicit sites of a user's model, the parts as
 distributions of their own (:class:`GEM`, :class:`HDPTransitions`, :class:`MarkovChain`), the explicit-duration HDP-HSMM
 (:class:`HDPHSMM`, state sequences :class:`SemiMarkovChain`, duration laws in
-:mod:`numpyro_hdphmm.durations`), a
+:mod:`numpyro_hdphmm.durations`), the switching linear dynamical system :class:`HDPSLDS` (observed
+through :class:`LinearGaussianObservation`), a
 marginal :class:`HiddenMarkovModel` for NUTS/SVI, and conjugate emission families in
 :mod:`numpyro_hdphmm.emissions`.  After sampling (the subpackage :mod:`numpyro_hdphmm.results`,
 whose names are also attributes here): state posteriors from the draws (:func:`viterbi`,
@@ -25,10 +26,13 @@ from numpyro_hdphmm.distributions import (
 )
 from numpyro_hdphmm.models.hmm import HDPHMM, StickyHDPHMM
 from numpyro_hdphmm.models.hsmm import HDPHSMM, SemiMarkovChain
+from numpyro_hdphmm.models.observation import LinearGaussianObservation
+from numpyro_hdphmm.models.slds import HDPSLDS
 from numpyro_hdphmm.primitives import sample
 from numpyro_hdphmm.results import (
     diagnostics,
     duration_posterior,
+    dynamics_summary,
     forecast,
     labels,
     marginal_log_likelihood,
@@ -48,7 +52,9 @@ __all__ = [
     "GEM",
     "HDPHMM",
     "HDPHSMM",
+    "HDPSLDS",
     "EmissionLikelihood",
+    "LinearGaussianObservation",
     "HDPTransitions",
     "HiddenMarkovModel",
     "MarkovChain",
@@ -59,6 +65,7 @@ __all__ = [
     "diagnostics",
     "duration_posterior",
     "durations",
+    "dynamics_summary",
     "emissions",
     "forecast",
     "infer",

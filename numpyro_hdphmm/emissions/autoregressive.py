@@ -58,7 +58,7 @@ from numpyro_hdphmm._core.validation import (
     default_float_dtype,
     is_concrete,
 )
-from numpyro_hdphmm.emissions import _mniw
+from numpyro_hdphmm._core import mniw as _mniw
 from numpyro_hdphmm.emissions._data import (
     check_data_spread,
     check_deviation_range,
@@ -68,7 +68,7 @@ from numpyro_hdphmm.emissions._data import (
     observed_rows,
     vector_data,
 )
-from numpyro_hdphmm.emissions._mniw import MNIWStats
+from numpyro_hdphmm._core.mniw import MNIWStats
 from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site
 
 __all__ = [
@@ -276,7 +276,7 @@ class AutoRegressive(EmissionFamily):
         return col_precision_from_centred(self.col_precision_centred, self.center, self.order)
 
     def _hyper(self):
-        """The prior in the centred coordinates, as :mod:`._mniw` takes it."""
+        """The prior in the centred coordinates, as :mod:`numpyro_hdphmm._core.mniw` takes it."""
         return (self.loc_centred, self.col_precision_centred, self.df, self.scale)
 
     def _to_centred(self, A):
@@ -389,7 +389,7 @@ class AutoRegressive(EmissionFamily):
         diff = x.y.T[None] - mean
         z = _mniw.whiten(chol, diff)
         maha = jnp.sum(z * z, axis=-2)
-        ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw._LOG_2PI
+        ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw.LOG_2PI
         return ll.T
 
     def sample_observations(self, rng_key, params, states) -> jax.Array:
@@ -441,7 +441,7 @@ class AutoRegressive(EmissionFamily):
         m = self.num_regressors
         Ck = _mniw.cholesky(self.col_precision_centred)
         eye = jnp.broadcast_to(jnp.eye(m, dtype=Ck.dtype), Ck.shape)
-        col_cov = _mniw._cho_solve(Ck, eye)  # K_0^{-1}
+        col_cov = _mniw.cho_solve(Ck, eye)  # K_0^{-1}
         fn = dist.MatrixNormal(self.loc_centred, _mniw.cholesky(cov), _mniw.cholesky(col_cov)).expand(batch)
         if self.has_center:
             fn = CentredMatrixNormal(fn, self.center, self.order)

@@ -6,7 +6,7 @@ Prior (Murphy 2007, sec. 9; Gelman et al. BDA3 sec. 3.6)::
     mu | Sigma ~ Normal(loc, Sigma / mean_precision)
     y_t        ~ Normal(mu_{z_t}, Sigma_{z_t})
 
-The conjugate algebra is the matrix-normal-inverse-Wishart of :mod:`._mniw` with the constant
+The conjugate algebra is the matrix-normal-inverse-Wishart of :mod:`numpyro_hdphmm._core.mniw` with the constant
 regressor ``x_t = [1]``: ``A = mu[:, None]``, ``K_0 = [[mean_precision]]``.
 
 The posterior predictive is the exact multivariate Student-t (Murphy 2007 sec. 9).  Fox et al.
@@ -41,7 +41,7 @@ from numpyro_hdphmm._core.validation import (
     default_float_dtype,
     is_concrete,
 )
-from numpyro_hdphmm.emissions import _mniw
+from numpyro_hdphmm._core import mniw as _mniw
 from numpyro_hdphmm.emissions._data import (
     check_data_spread,
     check_deviation_range,
@@ -271,7 +271,7 @@ class GaussianNIW(EmissionFamily):
         diff = x[None, :, :] - params["mu"][:, None, :]  # (K, T, D)
         z = _mniw.whiten(chol, jnp.swapaxes(diff, -1, -2))  # (K, D, T)
         maha = jnp.sum(z * z, axis=-2)  # (K, T)
-        ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw._LOG_2PI
+        ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw.LOG_2PI
         return ll.T
 
     def sample_observations(self, rng_key, params, states) -> jax.Array:

@@ -7,6 +7,9 @@
 * ``"hsmm"``: :class:`~numpyro_hdphmm.HDPHSMM` (explicit durations); further latent structure:
   the duration parameters (role ``"duration"``), and the states are a
   :class:`~numpyro_hdphmm.SemiMarkovChain`.
+* ``"slds"``: :class:`~numpyro_hdphmm.HDPSLDS` (switching linear dynamics); further latent
+  structure: the continuous latent path (role ``"latent"``, the data the modes see) and the
+  observation parameters (role ``"observation"``).
 
 A new model class is a module here and one line in :data:`MODEL_CLASSES` (``docs/kernels.md``).
 """
@@ -14,11 +17,13 @@ A new model class is a module here and one line in :data:`MODEL_CLASSES` (``docs
 from numpyro_hdphmm.models.base import DEFAULT_NUM_STEPS, ModelClass, SiteRole
 from numpyro_hdphmm.models.hmm import StickyHDPHMM
 from numpyro_hdphmm.models.hsmm import HDPHSMM
+from numpyro_hdphmm.models.slds import HDPSLDS
 
 #: the registry of model classes: ``kind -> class`` (one line per model class)
 MODEL_CLASSES = {
     "hmm": StickyHDPHMM,
     "hsmm": HDPHSMM,
+    "slds": HDPSLDS,
 }
 
 # StickyHDPHMM and HDPHMM are documented where users meet them, as numpyro_hdphmm.StickyHDPHMM / HDPHMM

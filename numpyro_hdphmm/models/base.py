@@ -81,6 +81,9 @@ class ModelClass:
     emission family every model class has."""
 
     kind: ClassVar[str] = ""
+    #: the role of the site whose law is the discrete layer's ``EmissionLikelihood``: the data the
+    #: modes see (``"obs"``; the HDP-SLDS: ``"latent"``, its continuous latent path)
+    layer_role: ClassVar[str] = "obs"
 
     def site_roles(self) -> Tuple[SiteRole, ...]:
         """The sites :meth:`declare` declares (:class:`SiteRole`), in model order but for the

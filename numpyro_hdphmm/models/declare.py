@@ -6,7 +6,7 @@ rows, its further sites and the law of the state sequence given the rows."""
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import jax.numpy as jnp
 import numpyro
@@ -19,17 +19,22 @@ __all__ = ["declare_sites"]
 
 
 def declare_sites(model, name: str, obs, lengths, *, kappa, own_sites: Callable[[str, int], Dict],
-                  chain: Callable):
+                  chain: Callable, observe: Optional[Callable] = None, layout=None):
     """Declare the sites of ``model`` (a model class with ``gamma``, ``alpha``, ``emission``,
     ``max_states``) as ``name``: ``{name}_beta ~ GEM(gamma, K)``, ``{name}_trans ~
     HDPTransitions(beta, alpha, kappa)`` (start row last), the emission parameters, the sites of
     ``own_sites(name, K)`` (a dict of their values), ``{name}_states ~ chain(trans, own, num_steps,
-    lengths)`` (a distribution over ``(T,)`` sequences) and the observed ``{name}``.  Returns the
-    observations (``obs``, or the draw)."""
+    lengths)`` (a distribution over ``(T,)`` sequences) and the observed ``{name}``: by default
+    ``EmissionLikelihood(emission, params, states)``; a model class with further latent structure
+    between the states and the data passes ``observe(name, params, own, states, obs, lengths, infer)``
+    (run inside the ``sequence`` and ``time`` plates; ``infer``: the observed site's tag) and
+    ``layout`` (the object whose ``emission`` and ``num_steps`` check the data's layout,
+    :func:`~numpyro_hdphmm.models.layout.sequence_layout`).  Returns the observations (``obs``, or
+    the draw)."""
     if model.batch_shape != ():
         raise ValueError(f"`hmm` must have scalar hyperparameters (batch shape ()), got {model.batch_shape}.")
     raw_lengths = lengths
-    obs, num_sequences, num_steps, lengths = sequence_layout(model, obs, lengths)
+    obs, num_sequences, num_steps, lengths = sequence_layout(model if layout is None else layout, obs, lengths)
     num_states = model.max_states
     role = lambda r, **kw: {HDP_ROLE: r, NAME_KEY: name, **kw}
 
@@ -57,9 +62,11 @@ def declare_sites(model, name: str, obs, lengths, *, kappa, own_sites: Callable[
     else:  # a value given for the states (substituted, conditioned, resumed) must fit the data
         check_states_shape(name, states, (num_steps,) if num_sequences is None else (num_sequences, num_steps))
     obs_infer = role("obs", **{MODEL_KEY: model})
+    if observe is None:
+        observe = lambda name, params, own, states, obs, lengths, infer: numpyro.sample(
+            name, EmissionLikelihood(model.emission, params, states, lengths), obs=obs, infer=infer)
     if num_sequences is None:
         with numpyro.plate("time", num_steps, dim=-1):
-            return numpyro.sample(name, EmissionLikelihood(model.emission, params, states), obs=obs, infer=obs_infer)
+            return observe(name, params, own, states, obs, None, obs_infer)
     with numpyro.plate("sequence", num_sequences, dim=-2), numpyro.plate("time", num_steps, dim=-1):
-        return numpyro.sample(name, EmissionLikelihood(model.emission, params, states, lengths), obs=obs,
-                              infer=obs_infer)
+        return observe(name, params, own, states, obs, lengths, obs_infer)

@@ -10,6 +10,8 @@ r"""What to do with posterior draws of an HDP-HMM, by purpose.
   (:func:`duration_posterior`);
 * :mod:`~numpyro_hdphmm.results.predictive`: forecasts past the end of the data
   (:func:`forecast`);
+* :mod:`~numpyro_hdphmm.results.dynamics`: each mode's linear dynamics of an HDP-SLDS or AR-HMM
+  (:func:`dynamics_summary`: eigenvalues, fixed points, occupancy);
 * :mod:`~numpyro_hdphmm.results.arviz`: ArviZ conversion (:func:`to_inference_data`);
 * :mod:`~numpyro_hdphmm.results.diagnostics`: label-invariant comparisons of segmentations,
   the held-out predictive log-likelihood and a segmentation plot.
@@ -18,7 +20,8 @@ Every name here is also an attribute of :mod:`numpyro_hdphmm` (``nh.viterbi``,
 ``nh.diagnostics``, ``nh.labels``, ...).
 """
 
-from numpyro_hdphmm.results import arviz, diagnostics, labels, posterior, predictive, segments
+from numpyro_hdphmm.results import arviz, diagnostics, dynamics, labels, posterior, predictive, segments
+from numpyro_hdphmm.results.dynamics import dynamics_summary
 from numpyro_hdphmm.results.arviz import to_inference_data
 from numpyro_hdphmm.results.labels import point_segmentation, relabel_samples
 from numpyro_hdphmm.results.posterior import marginal_log_likelihood, posterior_state_marginals, smooth, viterbi
@@ -29,6 +32,8 @@ __all__ = [
     "arviz",
     "diagnostics",
     "duration_posterior",
+    "dynamics",
+    "dynamics_summary",
     "forecast",
     "labels",
     "marginal_log_likelihood",

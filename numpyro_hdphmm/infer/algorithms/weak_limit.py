@@ -82,6 +82,7 @@ from numpyro_hdphmm.distributions import GEM, WeakLimitBeta
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit
 from numpyro_hdphmm.infer.moves.global_step import explicit_given_states
 from numpyro_hdphmm.infer.moves.semi_markov import sample_semi_markov_rows, semi_markov_sweep
+from numpyro_hdphmm.infer.moves.slds import slds_sweep
 from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
@@ -162,7 +163,7 @@ class WeakLimit(Algorithm):
         self.sharding = SequenceSharding() if sharding is None else sharding
 
     name = "WeakLimitGibbs"
-    model_classes = ("hmm", "hsmm")
+    model_classes = ("hmm", "hsmm", "slds")
     beta_prior = "weak_limit"
     Info = WeakLimitInfo
     describe = {
@@ -176,6 +177,10 @@ class WeakLimit(Algorithm):
         "hsmm:duration": "censored durations completed, conjugate proposal, MH for the max_duration truncation",
         "hsmm:alpha": "Gamma given the segment tables and the Beta auxiliaries r (moves.semi_markov, step 4)",
         "hsmm:gamma": "weak-limit auxiliary-variable update given the dish counts m + s (moves.semi_markov)",
+        "slds:states": "FFBS over the L modes given the latent path (the HDP-AR-HMM of x; Fox et al. 2011, Sec. IV)",
+        "slds:params": "MNIW conditional of the dynamics given the modes and the latent path",
+        "slds:latent": "Kalman filter and backward sampler given the modes and the parameters (moves.slds)",
+        "slds:observation": "conjugate update of C, R given the latent path (missing values imputed; moves.slds)",
     }
 
     def transform_model(self, model):
@@ -202,11 +207,19 @@ class WeakLimit(Algorithm):
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
         """One sweep (steps 0-3 of the module docstring; for an HDP-HSMM the sweep of
-        :mod:`numpyro_hdphmm.infer.moves.semi_markov`): ``(Explicit, WeakLimitInfo)``."""
+        :mod:`numpyro_hdphmm.infer.moves.semi_markov`; for an HDP-SLDS steps 0-3 on the latent path,
+        then the latent path and the observation parameters, :mod:`numpyro_hdphmm.infer.moves.slds`):
+        ``(Explicit, WeakLimitInfo)``."""
         if spec.sites.kind == "hsmm":
             explicit, info = semi_markov_sweep(rng_key, state, spec, view, self.sharding)
             return explicit, WeakLimitInfo(info.overflow, info.ffbs_ok, jnp.array(jnp.nan, state.beta.dtype),
                                            info.duration_accept, info.at_max_duration)
+        if spec.sites.kind == "slds":
+            return slds_sweep(self._hmm_step, rng_key, state, spec, view)
+        return self._hmm_step(rng_key, state, spec, view)
+
+    def _hmm_step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
+        """Steps 0-3 of the module docstring on ``view.data`` (for an HDP-SLDS: the latent path)."""
         capacity = spec.capacity
         k_z, k_theta, k_global = random.split(rng_key, 3)
         emission, data = view.emission, view.data

@@ -541,6 +541,9 @@ class HDPKernel(MCMCKernel):
             if (host.dtype.kind not in "biuf" or np.any(~np.isfinite(host)) or np.any(host != np.round(host))
                     or np.any(host < 0) or np.any(host >= spec.capacity)):
                 raise ValueError(f"`init_params['{sites.states}']` must hold integer states in [0, max_states={spec.capacity}).")
+        if sites.kind == "slds" and strategy != initialization.PRIOR and sites.layer_site not in given:
+            latent = initialization.initial_latent(spec, self._view(model_args, model_kwargs, z))
+            z[sites.layer_site] = latent.astype(jnp.result_type(z[sites.layer_site]))
         view = self._view(model_args, model_kwargs, z)
         start = self._explicit_of(z)
         states = None
@@ -565,7 +568,9 @@ class HDPKernel(MCMCKernel):
         start = initialization.states_given(k_given, self._spec, view, start,
                                             given_params=all(s in given for s in sites.param_sites),
                                             given_beta=sites.beta in given, given_trans=sites.trans in given,
-                                            given_base=self._spec.hyper.emission_base in given)
+                                            given_base=self._spec.hyper.emission_base in given,
+                                            given_observation=all(site in given for role, site in sites.extra
+                                                                  if role.startswith("observation_")))
         return self._with_explicit(z, start), view, start
 
     def _state(self, z, model_args, model_kwargs, algorithm_state, info, accept_prob, diverging, inner_state, rng_key,

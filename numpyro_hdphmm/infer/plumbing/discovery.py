@@ -48,6 +48,7 @@ __all__ = [
     "ModelSpec",
     "SequenceData",
     "ModelView",
+    "ObservedData",
     "discover",
     "model_view",
     "prior_trace",
@@ -62,7 +63,8 @@ class LatentSites(NamedTuple):
     the observed ``obs``; ``params``: the emission parameters as ``(parameter name, site name)``
     pairs (empty for custom emissions); ``extra``: the further latent sites of the model class as
     ``(key, site name)`` pairs, ``key`` the row's :attr:`~numpyro_hdphmm.models.base.SiteRole.key`
-    (empty for the HMM; the HDP-HSMM's duration parameters, e.g. ``("duration_rate", "y_duration_rate")``)."""
+    (empty for the HMM; the HDP-HSMM's duration parameters, e.g. ``("duration_rate", "y_duration_rate")``);
+    ``layer``: the site the discrete layer's emission family describes (:attr:`layer_site`)."""
 
     name: str
     beta: str
@@ -72,6 +74,13 @@ class LatentSites(NamedTuple):
     params: Tuple[Tuple[str, str], ...]
     kind: str = "hmm"
     extra: Tuple[Tuple[str, str], ...] = ()
+    layer: str = ""
+
+    @property
+    def layer_site(self) -> str:
+        """The site whose law is the discrete layer's ``EmissionLikelihood`` (the data the states
+        see): the observed site, or the HDP-SLDS's latent path."""
+        return self.layer or self.obs
 
     @property
     def param_sites(self) -> Tuple[str, ...]:
@@ -203,6 +212,19 @@ class ModelView(NamedTuple):
     #: the law of the states site at the current values (a :class:`~numpyro_hdphmm.MarkovChain` or,
     #: for the HDP-HSMM, a :class:`~numpyro_hdphmm.SemiMarkovChain` with its duration family)
     states_law: object = None
+    #: a model class whose data the discrete layer does not see directly (the HDP-SLDS): the
+    #: observed site's family and data, :class:`ObservedData`; ``None`` otherwise
+    observed: object = None
+
+
+class ObservedData(NamedTuple):
+    """The observed site of a model class whose discrete layer sees a latent path: ``family`` (e.g.
+    :class:`~numpyro_hdphmm.models.observation.LinearGaussianObservation`), ``y (N, T, P)`` (NaN:
+    missing) and ``valid (N, T)`` (inside the sequences)."""
+
+    family: object
+    y: jax.Array
+    valid: jax.Array
 
 
 # ------------------------------------------------------------------------------ tracing
@@ -348,7 +370,9 @@ def _find_sites(trace, kernel: str) -> Tuple[LatentSites, bool, object]:
                 f"{kernel}: the model '{name}' has no '{r.site(name)}' sample site: `numpyro.handlers.block` hid it, or "
                 "`numpyro.handlers.reparam` made it a deterministic site. The kernels update every site "
                 "numpyro_hdphmm.sample declares; apply block/reparam to the other sites of the model only.")
-    fn = trace[obs]["fn"]
+    layer_role = getattr(model, "layer_role", "obs")
+    layer = obs if layer_role == "obs" else roles[(name, layer_role)][0]
+    fn = trace[layer]["fn"]
     emission = fn.emission
     params = tuple((r.parameter, r.site(name)) for r in declared if r.role == "emission")
     for p, site_name in params if emission.owns_parameters else ():
@@ -369,6 +393,7 @@ def _find_sites(trace, kernel: str) -> Tuple[LatentSites, bool, object]:
         params=params,
         kind=getattr(model, "kind", "hmm"),
         extra=tuple((r.key, r.site(name)) for r in declared if r.role not in HDP_LAYER_ROLES and r.role != "emission"),
+        layer=layer,
     )
     return sites, len(fn.batch_shape) == 2, emission
 
@@ -425,7 +450,7 @@ def _hyper_values(model, sites: LatentSites, model_args, model_kwargs, values, p
     leaving out the sites whose prior the DP concentration sets and the family's concentration
     itself, the places ``sigma`` legitimately enters)."""
     tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
-    emission = tr[sites.obs]["fn"].emission
+    emission = tr[sites.layer_site]["fn"].emission
     sigma = emission.dp_concentration
     has_dp = sigma is not None
     hyper = (tr[sites.beta]["fn"].concentration, tr[sites.trans]["fn"].alpha, tr[sites.trans]["fn"].kappa,
@@ -438,7 +463,7 @@ def _hyper_values(model, sites: LatentSites, model_args, model_kwargs, values, p
         if site["type"] != "sample" or site_name in skip:
             continue
         fn = site["fn"]
-        if dp_probe and has_dp and site_name == sites.obs:
+        if dp_probe and has_dp and site_name == sites.layer_site:
             fn = (fn.emission.with_dp_concentration(0.0), fn.params, fn.states, fn.lengths)
         others.extend(jax.tree_util.tree_leaves(fn))
     return hyper, others
@@ -577,14 +602,14 @@ def _emission_base_probe(model, sites: LatentSites, model_args, model_kwargs, va
     ``values``; left out: the ``probed`` sites, the emission parameter sites (whose prior is the
     concentration) and the emission family of the observed site."""
     tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
-    obs_fn = tr[sites.obs]["fn"]
+    obs_fn = tr[sites.layer_site]["fn"]
     skip = {*probed, *sites.param_sites}
     others = []
     for name, entry in tr.items():
         if entry["type"] != "sample" or name in skip:
             continue
         fn = entry["fn"]
-        others.extend(jax.tree_util.tree_leaves((fn.params, fn.states, fn.lengths) if name == sites.obs else fn))
+        others.extend(jax.tree_util.tree_leaves((fn.params, fn.states, fn.lengths) if name == sites.layer_site else fn))
     return obs_fn.emission.concentration, others
 
 
@@ -820,15 +845,20 @@ def model_view(model, spec: ModelSpec, model_args, model_kwargs, values) -> Mode
     family and the data (pure; called inside the jitted sweep)."""
     sites = spec.sites
     tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
-    obs_fn = tr[sites.obs]["fn"]
+    obs_fn = tr[sites.layer_site]["fn"]
     emission = obs_fn.emission
-    y = jnp.asarray(tr[sites.obs]["value"])
+    y = jnp.asarray(tr[sites.layer_site]["value"])
     if not spec.batched:
         y = y[None]
     x, valid = jax.vmap(emission.prepare)(y)
     num_seq, num_steps = valid.shape
     lengths = obs_fn.lengths if obs_fn.lengths is not None else jnp.full((num_seq,), num_steps, jnp.int32)
-    valid = valid & (jnp.arange(num_steps) < lengths[:, None])
+    inside = jnp.arange(num_steps) < lengths[:, None]
+    valid = valid & inside
+    observed = None
+    if sites.layer_site != sites.obs:
+        y_obs = jnp.asarray(tr[sites.obs]["value"])
+        observed = ObservedData(tr[sites.obs]["fn"].observation, y_obs if spec.batched else y_obs[None], inside)
     hyper_sites = spec.hyper
     prior = lambda s: None if s is None else _prior_params(unwrap(tr[s]["fn"]))
     trans_fn = tr[sites.trans]["fn"]
@@ -843,4 +873,5 @@ def model_view(model, spec: ModelSpec, model_args, model_kwargs, values) -> Mode
                              else unwrap(tr[hyper_sites.emission_base]["fn"]).concentration),
         emission_scale_prior=prior(hyper_sites.emission_scale),
         states_law=unwrap(tr[sites.states]["fn"]),
+        observed=observed,
     )

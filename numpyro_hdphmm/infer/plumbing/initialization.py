@@ -55,9 +55,10 @@ from numpyro_hdphmm._core.clustering import hmm_bic, kmeans, merge_mixture, wind
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.moves.semi_markov import sample_hdp_layer, sample_semi_markov_rows
+from numpyro_hdphmm.infer.moves.slds import observation_parameters
 
 __all__ = ["DATA", "PRIOR", "DataInit", "init_to_data", "resolve_init_strategy", "cluster_states", "labelling_score",
-           "states_given", "strategy_values", "given_values"]
+           "states_given", "strategy_values", "given_values", "initial_latent"]
 
 #: the data-driven start (the default)
 DATA = "data"
@@ -265,15 +266,33 @@ def labelling_score(view, labels, num_labels: int, features, feature_weights):
     return jnp.sum(jnp.where(used, marginal.astype(dtype), 0.0)) + transitions
 
 
+def initial_latent(spec, view):
+    """The data-driven start of an HDP-SLDS's latent path, in the site's shape (``(T, D)``, or ``(N,
+    T, D)`` for several sequences): the observation model's
+    :meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.initial_latent` (least squares
+    through a fixed ``C``, principal components for a learned one)."""
+    observed = view.observed
+    x = observed.family.initial_latent(observed.y, observed.valid)
+    return x if spec.batched else x[0]
+
+
 def states_given(rng_key, spec, view, start, *, given_params: bool = False, given_beta: bool = False,
-                 given_trans: bool = False, given_base: bool = False):
+                 given_trans: bool = False, given_base: bool = False, given_observation: bool = False):
     """``start`` (an :class:`~numpyro_hdphmm.infer.contract.Explicit`) with what was not given drawn
     given its states: the emission parameters from their conditional (``update_parameters``; the
     user's sites of a custom emission are kept; a shared emission base first, unless
     ``given_base``, its scale held fixed: :func:`~numpyro_hdphmm.infer.moves.emission_base.update_emission_parameters`),
     the tables, ``beta`` and the rows from theirs (:func:`~numpyro_hdphmm._core.crp.sample_global`,
-    the concentrations held fixed)."""
+    the concentrations held fixed); for an HDP-SLDS also the observation parameters given the latent
+    path, unless ``given_observation``."""
     k_theta, k_global = random.split(rng_key)
+    if spec.sites.kind == "slds" and not given_observation:
+        observed = view.observed
+        latent = start.extra["latent"] if spec.batched else start.extra["latent"][None]
+        current = observation_parameters(start.extra)
+        drawn = observed.family.update(random.fold_in(rng_key, 2), current, latent, observed.y, observed.valid)
+        start = start._replace(extra={**start.extra, **{f"observation_{p}": v.astype(current[p].dtype)
+                                                         for p, v in drawn.items()}})
     capacity = spec.capacity
     data = view.data
     states = start.states

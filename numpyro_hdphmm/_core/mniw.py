@@ -53,11 +53,14 @@ __all__ = [
     "check_df",
     "data_moments",
     "regularize_scale",
+    "whiten",
+    "cho_solve",
+    "LOG_2PI",
 ]
 
 _LOG_PI = 1.1447298858494002  # log(pi)
 _LOG_2 = 0.6931471805599453
-_LOG_2PI = 1.8378770664093453
+LOG_2PI = 1.8378770664093453
 
 
 class MNIWStats(NamedTuple):
@@ -121,7 +124,7 @@ def _tri_solve(chol, b, trans=0):
     return solve_triangular(chol, b, lower=True, trans=trans)
 
 
-def _cho_solve(chol, b):
+def cho_solve(chol, b):
     """``(L L^T)^{-1} b`` for ``b (..., n, k)``."""
     return _tri_solve(chol, _tri_solve(chol, b), trans=1)
 
@@ -263,7 +266,7 @@ def mniw_log_density(A, cov, loc, col_precision, df, scale):
     E = A - loc
     Q = _tri_solve(Ls, E) @ Ck
     log_mn = (
-        -0.5 * D * m * _LOG_2PI
+        -0.5 * D * m * LOG_2PI
         - 0.5 * m * logdet_from_cholesky(Ls)
         + 0.5 * D * logdet_from_cholesky(Ck)
         - 0.5 * jnp.sum(Q * Q, axis=(-2, -1))
@@ -388,4 +391,4 @@ def mniw_expected_log_likelihood(y, x, loc_n, col_precision_n, df_n, scale_n):
     lev = jnp.sum(jnp.square(whiten(cholesky(col_precision_n), jnp.broadcast_to(x.T, (loc_n.shape[0],) + x.T.shape))),
                   axis=-2)  # x^T K^{-1} x, (K, T)
     quad = df_n[:, None] * maha + D * lev
-    return (-0.5 * D * _LOG_2PI - 0.5 * e_logdet[:, None] - 0.5 * quad).T
+    return (-0.5 * D * LOG_2PI - 0.5 * e_logdet[:, None] - 0.5 * quad).T

@@ -1,0 +1,87 @@
+r"""The blocks an HDP-SLDS sweep adds to the HDP-HMM's (Fox, Sudderth, Jordan & Willsky, "Bayesian
+Nonparametric Inference of Switching Dynamic Linear Models", IEEE TSP 59(4), 2011, Sec. IV).
+
+Given the latent path ``x`` the modes, the dynamics parameters and the HDP layer of an HDP-SLDS are
+those of a sticky HDP-AR-HMM whose data is ``x`` (:attr:`~numpyro_hdphmm.infer.plumbing.discovery.ModelView.data`
+is the prepared ``x``): an algorithm's HMM sweep updates them unchanged.  :func:`slds_sweep` then
+adds, each from its full conditional:
+
+1. ``x | z, theta, C, R, y``: the Kalman filter forward and the backward sampler
+   (:func:`numpyro_hdphmm._core.kalman.kalman_sample`; Carter & Kohn 1994, Fruhwirth-Schnatter
+   1994), with ``x_t = A_{z_t} x_{t-1} + b_{z_t} + e_t`` from the presample value ``x_0`` (the
+   dynamics family's ``center``), every sequence at once;
+2. ``(C, R) | x, y``: the observation model's conjugate update
+   (:meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.update`; missing values
+   imputed first).
+
+Each block leaves the joint posterior invariant, so the composition does.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import jax
+import jax.numpy as jnp
+from jax import random
+
+from numpyro_hdphmm._core.kalman import kalman_sample
+from numpyro_hdphmm.infer.contract import Explicit
+from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
+
+__all__ = ["sample_latent", "observation_parameters", "slds_sweep", "latent_dynamics"]
+
+
+def observation_parameters(extra: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
+    """The observation parameters ``{p: value}`` among the explicit state's ``extra``
+    (``{"observation_C": ..., "observation_R": ...}`` -> ``{"C": ..., "R": ...}``)."""
+    return {key.partition("_")[2]: v for key, v in extra.items() if key.startswith("observation_")}
+
+
+def latent_dynamics(dynamics, params, states):
+    """``(A_t (T, D, D), b_t (T, D), Q_t (T, D, D))`` of one sequence of modes ``states (T,)``:
+    the dynamics parameters ``params`` (``A (K, D, D + a)``, ``cov (K, D, D)``) gathered along the
+    modes (``b_t = 0`` without an intercept)."""
+    A = params["A"][states]
+    D = dynamics.dim
+    b = A[..., D] if dynamics.affine else jnp.zeros(A.shape[:-1], A.dtype)
+    return A[..., :D], b, params["cov"][states]
+
+
+def sample_latent(rng_key, states, params, obs_params, dynamics, observed, lengths):
+    """A draw of the latent paths ``x (N, T, D)`` from ``p(x | z, theta, C, R, y)``: ``states (N, T)``,
+    the dynamics ``params``, the observation parameters ``obs_params``, ``observed``
+    (:class:`~numpyro_hdphmm.infer.plumbing.discovery.ObservedData`), ``lengths (N,)``."""
+    family = observed.family
+    C, d = family.loading(obs_params)
+    R = family.noise_cov(obs_params)
+    dtype = R.dtype
+    x_init = jnp.asarray(dynamics.center, dtype).reshape(-1, dynamics.dim)[0]
+    y = observed.y
+    mask = ~jnp.isnan(y)
+
+    def one(key, z, yn, mn, n):
+        A, b, Q = latent_dynamics(dynamics, params, z)
+        x, _ = kalman_sample(key, x_init, A.astype(dtype), b.astype(dtype), Q.astype(dtype), C, d, R, yn, mn, n)
+        return x
+
+    return jax.vmap(one)(random.split(rng_key, states.shape[0]), states, y, mask, lengths)
+
+
+def slds_sweep(hmm_step, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
+    """One sweep of an HDP-SLDS (module docstring): ``hmm_step(key, state, spec, view) -> (Explicit,
+    Info)`` on the latent path as data, then the latent path and the observation parameters from
+    their conditionals.  Returns ``(Explicit, Info)``."""
+    k_hmm, k_x, k_obs = random.split(rng_key, 3)
+    before = state.extra
+    state, info = hmm_step(k_hmm, state, spec, view)
+    state = state._replace(extra=before)  # the HMM step knows nothing of the latent path
+    observed = view.observed
+    lengths = view.data.lengths
+    obs_params = observation_parameters(state.extra)
+    x = sample_latent(k_x, state.states, state.params, obs_params, view.emission, observed, lengths)
+    new_obs = observed.family.update(k_obs, obs_params, x, observed.y, observed.valid)
+    latent = x if spec.batched else x[0]
+    extra = {**state.extra, "latent": latent.astype(state.extra["latent"].dtype),
+             **{f"observation_{p}": v.astype(state.extra[f"observation_{p}"].dtype) for p, v in new_obs.items()}}
+    return state._replace(extra=extra), info

@@ -1,0 +1,447 @@
+"""The HDP-SLDS model class (switching linear dynamics): its sites and roles, the kernels that refuse
+it, the Gibbs blocks against exact enumeration (with a negative control), the observation model's
+conjugate update by a Geweke test of its own, an end-to-end fit with several sequences, ``lengths``
+and missing values, ``Predictive``, and (slow) the whole kernel's Geweke test and the agreement with
+the HDP-AR-HMM as the observation noise vanishes."""
+
+import itertools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import random
+from numpyro.infer import MCMC, Predictive
+from scipy.optimize import linear_sum_assignment
+from scipy.stats import multivariate_normal
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm._core.hmm import hmm_posterior_sample_fast
+from numpyro_hdphmm._core.kalman import kalman_filter
+from numpyro_hdphmm.infer.moves.slds import sample_latent
+from numpyro_hdphmm.infer.plumbing.discovery import ObservedData
+from tests.infer._checks import chi_square_pvalue, empirical_tv_keys, geweke_z_scores, tv_bound
+
+D = 2
+
+
+def dynamics(dim=D, scale=0.05):
+    return nh.emissions.AutoRegressive(1, loc=np.zeros((dim, dim + 1)), col_precision=np.eye(dim + 1), df=dim + 2.0,
+                                       scale=scale * np.eye(dim))
+
+
+def slds(observation, **kw):
+    return nh.HDPSLDS(1.0, 1.0, 5.0, dynamics(), observation, max_states=kw.pop("max_states", 5), **kw)
+
+
+def synthetic(T=200, seed=0):
+    """Two rotations with opposite drifts, observed with noise 0.1: ``(y (T, 2), x, modes)``."""
+    rng = np.random.default_rng(seed)
+    z = (np.arange(T) // 50) % 2
+    x = np.zeros((T, D))
+    for t in range(1, T):
+        a = (0.2, -0.3)[z[t]]
+        A = 0.98 * np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+        x[t] = A @ x[t - 1] + np.array([0.3, 0.0]) * (2 * z[t] - 1) + 0.1 * rng.standard_normal(D)
+    return x + 0.1 * rng.standard_normal((T, D)), x, z
+
+
+def hamming(a, b):
+    """Normalized Hamming distance after the best matching of labels (Fox et al.'s measure)."""
+    M = np.zeros((a.max() + 1, b.max() + 1))
+    np.add.at(M, (a, b), 1)
+    r, c = linear_sum_assignment(-M)
+    return 1.0 - M[r, c].sum() / len(a)
+
+
+# --------------------------------------------------------------------------- the model class
+def test_registry_sites_and_roles():
+    assert nh.models.MODEL_CLASSES["slds"] is nh.HDPSLDS
+    obs = nh.LinearGaussianObservation(2, D, noise="diagonal")
+    roles = {r.site("y"): r.role for r in slds(obs).site_roles()}
+    assert roles == {"y_beta": "beta", "y_trans": "trans", "y_A": "emission", "y_cov": "emission", "y_C": "observation",
+                     "y_R": "observation", "y_states": "states", "y_latent": "latent", "y": "obs"}
+    fixed = nh.LinearGaussianObservation(2, D, C=np.eye(2))
+    assert [r.site("y") for r in slds(fixed).site_roles() if r.role == "observation"] == ["y_R"]
+
+
+def test_plan_and_the_kernels_that_refuse_it():
+    y, _, _ = synthetic(30)
+    obs = nh.LinearGaussianObservation(2, D, C=np.eye(2))
+
+    def model(y):
+        nh.sample("y", slds(obs), obs=y)
+
+    plan = nh.infer.WeakLimitGibbs(model).update_plan(y)
+    assert set(plan.sites("algorithm")) == {"y_beta", "y_trans", "y_A", "y_cov", "y_R", "y_states", "y_latent"}
+    with pytest.raises(NotImplementedError, match="WeakLimitGibbs"):
+        nh.infer.BeamSampler(model).update_plan(y)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(C=np.eye(3)), "C"),
+    (dict(noise="sparse"), "noise"),
+    (dict(C=np.eye(2), loc=np.zeros((2, 3))), "loc"),
+    (dict(offset=np.zeros(2)), "offset"),
+    (dict(df=0.5), "df"),
+])
+def test_observation_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        nh.LinearGaussianObservation(2, D, **kwargs)
+
+
+def test_model_validation():
+    obs = nh.LinearGaussianObservation(2, D)
+    with pytest.raises(ValueError, match="latent_dim"):
+        nh.HDPSLDS(1.0, 1.0, 1.0, dynamics(3), obs, max_states=3)
+    with pytest.raises(NotImplementedError, match="order-2"):
+        nh.HDPSLDS(1.0, 1.0, 1.0, nh.emissions.AutoRegressive.weakly_informative(None, order=2, dim=D), obs, max_states=3)
+    with pytest.raises(ValueError, match="obs"):
+        numpyro.handlers.seed(lambda: nh.sample("y", slds(obs), obs=np.zeros((10, 3))), 0)()
+
+
+# --------------------------------------------------------------------------- exact Gibbs blocks
+TINY_T = 4
+A_TINY = np.array([[[0.9, 0.5]], [[-0.5, -0.3]]])  # (K, 1, 2): x_t = a x_{t-1} + b
+Q_TINY = np.array([[[0.3]], [[0.1]]])
+R_TINY = 0.2
+PI0 = np.array([0.6, 0.4])
+PI = np.array([[0.8, 0.2], [0.3, 0.7]])
+Y_TINY = np.array([[0.4], [np.nan], [-0.6], [0.2]])
+
+
+def _exact_mode_posterior():
+    """``p(z | y)`` by enumeration: ``p(z)`` times the Gaussian marginal of the observed ``y`` given
+    ``z`` (the dense covariance of ``x_{1:T}``, then ``y = x + w``)."""
+    post = {}
+    obs = ~np.isnan(Y_TINY[:, 0])
+    for z in itertools.product(range(2), repeat=TINY_T):
+        log_pz = np.log(PI0[z[0]]) + sum(np.log(PI[z[t - 1], z[t]]) for t in range(1, TINY_T))
+        mean = np.zeros(TINY_T)
+        # x_t = sum_{s<=t} (prod_{s<u<=t} a_u) (b_s + e_s), x_0 = 0
+        G = np.zeros((TINY_T, TINY_T))
+        m, prev = 0.0, None
+        for t in range(TINY_T):
+            a, b = A_TINY[z[t], 0]
+            m = a * m + b
+            mean[t] = m
+            G[t] = a * (G[t - 1] if t else 0.0)
+            G[t, t] = 1.0
+        cov_x = G @ np.diag([Q_TINY[z[t], 0, 0] for t in range(TINY_T)]) @ G.T
+        cov_y = cov_x + R_TINY * np.eye(TINY_T)
+        ll = multivariate_normal(mean[obs], cov_y[np.ix_(obs, obs)]).logpdf(Y_TINY[obs, 0])
+        post[z] = log_pz + ll
+    logs = np.array(list(post.values()))
+    probs = np.exp(logs - np.logaddexp.reduce(logs))
+    return dict(zip(post.keys(), probs))
+
+
+def _gibbs_modes(latent_block, num_chains=3000, num_sweeps=25, seed=0):
+    """Final modes of ``num_chains`` independent runs of the two blocks ``z | x`` (the FFBS of the
+    weak-limit sweep on the autoregressive log-likelihoods of ``x``) and ``x | z`` (``latent_block``)."""
+    dyn = dynamics(1)
+    params = {"A": jnp.asarray(A_TINY), "cov": jnp.asarray(Q_TINY)}
+    obs_params = {"R": jnp.asarray([R_TINY])}
+    observed = ObservedData(nh.LinearGaussianObservation(1, 1, C=np.eye(1), noise="diagonal"),
+                            jnp.asarray(Y_TINY)[None], jnp.ones((1, TINY_T), bool))
+    lengths = jnp.full((1,), TINY_T, jnp.int32)
+    log_init, log_trans = jnp.log(jnp.asarray(PI0)), jnp.log(jnp.asarray(PI))
+
+    def sweep(carry, key):
+        z, x = carry
+        k_z, k_x = random.split(key)
+        prepared, _ = dyn.prepare(x[0])
+        ll = dyn.log_likelihoods(prepared, params)
+        z_new, _, _ = hmm_posterior_sample_fast(k_z, log_init, log_trans, ll)
+        x_new = latent_block(k_x, z_new[None], params, obs_params, dyn, observed, lengths)
+        return (z_new, x_new), None
+
+    def chain(key):
+        k0, k1 = random.split(key)
+        z0 = random.bernoulli(k0, 0.5, (TINY_T,)).astype(jnp.int32)
+        x0 = latent_block(k1, z0[None], params, obs_params, dyn, observed, lengths)
+        (z, _), _ = jax.lax.scan(sweep, (z0, x0), random.split(random.fold_in(key, 1), num_sweeps))
+        return z
+
+    draws = jax.jit(jax.vmap(chain))(random.split(random.key(seed), num_chains))
+    return [tuple(int(v) for v in row) for row in np.asarray(draws)]
+
+
+def _filter_only(key, states, params, obs_params, dyn, observed, lengths):
+    """A broken latent block: each ``x_t`` from its filtered marginal ``p(x_t | y_{1:t})``, without
+    the backward pass (the last step's marginal is right, the path's joint law is not)."""
+    from numpyro_hdphmm.infer.moves.slds import latent_dynamics
+
+    family = observed.family
+    C, d = family.loading(obs_params)
+    R = family.noise_cov(obs_params)
+
+    def one(k, z, y, n):
+        A, b, Q = latent_dynamics(dyn, params, z)
+        f = kalman_filter(jnp.zeros(dyn.dim, R.dtype), A, b, Q, C, d, R, y, ~jnp.isnan(y), n)
+        eps = random.normal(k, f.means.shape, R.dtype)
+        return f.means + jnp.einsum("tij,tj->ti", jnp.linalg.cholesky(f.covs), eps)
+
+    return jax.vmap(one)(random.split(key, states.shape[0]), states, observed.y, lengths)
+
+
+def test_gibbs_blocks_against_enumeration():
+    exact = _exact_mode_posterior()
+    draws = _gibbs_modes(sample_latent)
+    tv, bound = empirical_tv_keys(exact, draws), tv_bound(exact.values(), len(draws))
+    p = chi_square_pvalue(exact, draws)
+    print(f"SLDS blocks vs enumeration: TV {tv:.4f}, bound {bound:.4f}, chi-square p {p:.3g}")
+    assert tv < bound and p > 1e-4
+    broken = _gibbs_modes(_filter_only)
+    tv_b, p_b = empirical_tv_keys(exact, broken), chi_square_pvalue(exact, broken)
+    print(f"negative control (no backward pass): TV {tv_b:.4f}, chi-square p {p_b:.3g}")
+    assert p_b < 1e-4
+
+
+# --------------------------------------------------------------------------- the observation update
+OBSERVATIONS = {
+    "fixed-full": dict(C=np.array([[1.0, 0.0], [0.5, 1.0], [0.0, -1.0]]), offset=np.array([0.1, 0.0, -0.2])),
+    "fixed-diagonal": dict(C=np.array([[1.0, 0.0], [0.5, 1.0], [0.0, -1.0]]), noise="diagonal"),
+    "learned-full": dict(),
+    "learned-diagonal": dict(noise="diagonal"),
+}
+
+
+def _observation_geweke(which, num_iterations=4000):
+    """Successive-conditional simulation of ``(C, R)`` and ``y`` given a fixed latent path, with
+    missing entries: ``params <- update(params | x, y)``, ``y ~ p(y | x, params)`` (NaN again where
+    missing); the parameters must keep their prior law (Geweke 2004).  Returns ``{statistic: z}``,
+    each the sign statistic around the prior median (robust to the inverse-Wishart's heavy tails)
+    with its variance from ArviZ's effective sample size."""
+    import arviz as az
+
+    obs = nh.LinearGaussianObservation(3, D, scale=0.5 * np.eye(3), df=6.0 if "full" in which else 4.0,
+                                       **OBSERVATIONS[which])
+    T = 6
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((1, T, D)))
+    missing = jnp.asarray(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 1], [0, 0, 0], [1, 1, 1], [0, 0, 1]], bool))[None]
+    valid = jnp.ones((1, T), bool)
+
+    def stats(p):
+        diag = (lambda i: p["R"][i, i]) if p["R"].ndim == 2 else (lambda i: p["R"][i])
+        out = {"R00": diag(0), "logR2": jnp.log(diag(2))}
+        if "C" in p:
+            out.update(C01=p["C"][0, 1], d2=p["C"][2, -1])
+        if p["R"].ndim == 2:
+            out["R12"] = p["R"][1, 2]
+        return out
+
+    def step(carry, key):
+        params, y = carry
+        k_u, k_y = random.split(key)
+        params = obs.update(k_u, params, x, y, valid)
+        y_new = obs.sample_observations(k_y, params, x)
+        return (params, jnp.where(missing, jnp.nan, y_new)), stats(params)
+
+    @jax.jit
+    def run(key):
+        k0, k1, k2 = random.split(key, 3)
+        p0 = obs.sample_parameters(k0)
+        y0 = jnp.where(missing, jnp.nan, obs.sample_observations(k1, p0, x))
+        _, out = jax.lax.scan(step, (p0, y0), random.split(k2, num_iterations))
+        prior = jax.vmap(lambda k: stats(obs.sample_parameters(k)))(random.split(random.fold_in(key, 7), 20000))
+        return out, prior
+
+    out, prior = run(random.key(3))
+    z = {}
+    for name in out:
+        g, p = np.asarray(out[name], float), np.asarray(prior[name], float)
+        sign = np.sign(g - np.median(p))
+        ess = float(az.ess(sign[None]))
+        z[name] = float(np.mean(sign) / np.sqrt(np.var(sign) / max(ess, 1.0) + 1.0 / len(p)))
+    return z
+
+
+@pytest.mark.parametrize("which", list(OBSERVATIONS))
+def test_observation_update_geweke(which):
+    z = _observation_geweke(which)
+    print(which, {k: round(v, 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < 4.0, z
+
+
+def test_observation_update_geweke_negative_control(monkeypatch):
+    """The same check catches an update that fills the missing values with their conditional mean
+    (no noise) instead of a draw: the noise variance is then underestimated."""
+    obs_class = nh.LinearGaussianObservation
+    exact = obs_class.impute
+
+    def mean_imputation(self, rng_key, params, x, y):
+        return jnp.where(jnp.isnan(y), exact(self, rng_key, {**params, "R": params["R"] * 1e-12}, x, y), y)
+
+    monkeypatch.setattr(obs_class, "impute", mean_imputation)
+    z = _observation_geweke("fixed-diagonal")
+    print("negative control (mean imputation):", {k: round(v, 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) > 4.0, z
+
+
+# --------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def fit():
+    y, x, z = synthetic(120, seed=2)
+    y2, _, _ = synthetic(120, seed=3)
+    ys = np.stack([y, y2])
+    ys[0, 10:13, 0] = np.nan  # one dimension missing alone
+    ys[1, 40:42] = np.nan     # whole steps missing
+    ys[1, 100:] = np.nan      # padding past the second sequence's length
+    lengths = np.array([120, 100])
+    obs = nh.LinearGaussianObservation(2, D, C=np.eye(2), noise="diagonal", scale=0.02 * np.eye(2))
+
+    def model(y, lengths=None):
+        nh.sample("y", slds(obs), obs=y, lengths=lengths)
+
+    kernel = nh.infer.WeakLimitGibbs(model, split_merge=2)
+    mcmc = MCMC(kernel, num_warmup=60, num_samples=40, progress_bar=False)
+    mcmc.run(random.key(0), ys, lengths)
+    return model, mcmc, ys, lengths, x, z
+
+
+def test_fit_with_several_sequences_lengths_and_missing_values(fit):
+    model, mcmc, ys, lengths, x, z = fit
+    s = mcmc.get_samples()
+    assert s["y_latent"].shape == (40, 2, 120, D) and s["y_states"].shape == (40, 2, 120)
+    assert np.all(np.isfinite(np.asarray(s["y_latent"])))
+    assert hamming(np.asarray(s["y_states"][-1, 0]), z) < 0.15
+    # the latent path tracks the truth better than the observations do
+    err = np.mean(np.abs(np.asarray(s["y_latent"][:, 0]).mean(0) - x))
+    assert err < np.nanmean(np.abs(ys[0] - x)), err
+
+
+def test_predictive_draws_from_the_fit(fit):
+    model, mcmc, ys, lengths, _, _ = fit
+    pred = Predictive(model, mcmc.get_samples())(random.key(1), None, lengths)
+    assert pred["y"].shape == (40, 2, 120, D)
+    assert np.all(np.isfinite(np.asarray(pred["y"])))
+
+
+def test_arviz_loo_and_results_layer(fit):
+    """``az.from_numpyro`` + ``az.loo`` work on the fit unmodified (pointwise log-likelihood per step of
+    each sequence); the HMM state-posterior functions refuse an SLDS and say what to use."""
+    import arviz as az
+
+    model, mcmc, ys, lengths, _, _ = fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = az.from_numpyro(mcmc)
+        loo = az.loo(idata, var_name="y")
+    assert idata.log_likelihood["y"].shape[-2:] == (2, 120)
+    assert np.isfinite(float(np.asarray(loo["elpd_loo"] if "elpd_loo" in loo else loo.elpd_loo)))
+    with pytest.raises(NotImplementedError, match="point_segmentation"):
+        nh.viterbi(model, mcmc.get_samples(), model_args=(ys, lengths))
+    point = nh.point_segmentation(np.asarray(mcmc.get_samples()["y_states"]), lengths=lengths)
+    assert np.shape(point.labels) == (2, 120)
+
+
+def test_dynamics_summary(fit):
+    """Each mode's eigenvalues and fixed point: the two regimes of the synthetic data rotate in
+    opposite directions (arguments 0.2 and -0.3 per step, modulus 0.98)."""
+    _, mcmc, _, lengths, _, _ = fit
+    s = mcmc.get_samples()
+    summary = nh.dynamics_summary(s, lengths=lengths)
+    assert summary.eigenvalues.shape == (40, 5, D) and summary.fixed_point.shape == (40, 5, D)
+    np.testing.assert_allclose(summary.occupancy.sum(-1), 1.0)
+    main = np.argsort(-summary.occupancy[-1])[:2]
+    angles = sorted(np.abs(np.angle(summary.eigenvalues[-1, main, 0])))
+    assert abs(angles[0] - 0.2) < 0.1 and abs(angles[1] - 0.3) < 0.1, angles
+    with pytest.raises(ValueError, match="y_A"):
+        nh.dynamics_summary({"y_states": s["y_states"]})
+
+
+# --------------------------------------------------------------------------- slow: Geweke, agreement
+def geweke_model(y=None, num_steps=None):
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
+    alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
+    obs = nh.LinearGaussianObservation(1, 1, noise="full", df=4.0, scale=0.5 * np.eye(1))
+    model = nh.HDPSLDS(gamma, alpha, 2.0, dynamics(1, scale=0.5), obs, max_states=3, num_steps=num_steps)
+    nh.sample("y", model, obs=y)
+
+
+def _num_segments(z):
+    s = z["y_states"]
+    return 1 + jnp.sum(s[1:] != s[:-1])
+
+
+GEWEKE_STATISTICS = {
+    "gamma": lambda z: z["gamma"],
+    "alpha": lambda z: z["alpha"],
+    "beta0": lambda z: z["y_beta"][0],
+    "pi01": lambda z: z["y_trans"][0, 1],
+    "a0": lambda z: z["y_A"][z["y_states"][0], 0, 0],
+    "logQ": lambda z: jnp.log(z["y_cov"][z["y_states"][0], 0, 0]),
+    "C": lambda z: z["y_C"][0, 0],
+    "logR": lambda z: jnp.log(z["y_R"][0, 0]),
+    "x_last": lambda z: z["y_latent"][-1, 0],
+    "x_first": lambda z: z["y_latent"][0, 0],
+    "x_step": lambda z: jnp.abs(z["y_latent"][3, 0] - z["y_latent"][2, 0]),
+    "x_lag": lambda z: z["y_latent"][2, 0] * z["y_latent"][3, 0],
+    "first_state": lambda z: z["y_states"][0],
+    "segments": _num_segments,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_geweke():
+    kernel = nh.infer.WeakLimitGibbs(geweke_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), GEWEKE_STATISTICS, num_steps=6,
+                            num_iterations=6000, num_prior=6000)
+    print("SLDS Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < 4.0, z
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_geweke_negative_control(monkeypatch):
+    """The Geweke test catches a kernel whose latent path is drawn with the observation noise's
+    variance misread (a quarter of ``R``: e.g. a standard deviation taken for a variance)."""
+    import numpyro_hdphmm.infer.moves.slds as slds_moves
+
+    exact = slds_moves.sample_latent
+
+    def misread_noise(key, states, params, obs_params, *rest):
+        return exact(key, states, params, {**obs_params, "R": 0.25 * obs_params["R"]}, *rest)
+
+    monkeypatch.setattr(slds_moves, "sample_latent", misread_noise)
+    kernel = nh.infer.WeakLimitGibbs(geweke_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), GEWEKE_STATISTICS, num_steps=6,
+                            num_iterations=3000, num_prior=3000)
+    print("SLDS Geweke z, R misread:", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) > 4.0, z
+
+
+@pytest.mark.slow
+def test_vanishing_observation_noise_is_the_ar_hmm():
+    """With ``C = I``, ``d = 0`` and ``R -> 0`` (a fixed tiny noise) the HDP-SLDS's latent path is the
+    data and its modes are the HDP-AR-HMM's: the two kernels agree on the segmentation's posterior
+    (co-assignment frequencies) and the number of modes."""
+    y, _, _ = synthetic(150, seed=4)
+    obs = nh.LinearGaussianObservation(2, D, C=np.eye(2), noise="diagonal", df=1e6, scale=1e-6 * np.eye(2))
+
+    def slds_model(y):
+        nh.sample("y", slds(obs), obs=y)
+
+    def ar_model(y):
+        nh.sample("y", nh.StickyHDPHMM(1.0, 1.0, 5.0, dynamics(), max_states=5), obs=y)
+
+    out = {}
+    for name, model in (("slds", slds_model), ("ar", ar_model)):
+        mcmc = MCMC(nh.infer.WeakLimitGibbs(model, split_merge=2), num_warmup=100, num_samples=200, num_chains=2,
+                    chain_method="vectorized", progress_bar=False)
+        mcmc.run(random.key(5), y)
+        states = np.asarray(mcmc.get_samples()["y_states"])
+        co = np.mean(states[:, :, None] == states[:, None, :], axis=0)
+        out[name] = (co, np.mean([len(np.unique(s)) for s in states]))
+    diff = np.max(np.abs(out["slds"][0] - out["ar"][0]))
+    print(f"co-assignment max difference {diff:.3f}; modes {out['slds'][1]:.2f} vs {out['ar'][1]:.2f}")
+    assert diff < 0.15 and abs(out["slds"][1] - out["ar"][1]) < 0.5

@@ -94,3 +94,27 @@ class ModelClass:
         """Declare the model's sites in the running NumPyro model; returns the observations
         (``obs``, or the draw).  Called by :func:`numpyro_hdphmm.sample`."""
         raise NotImplementedError
+
+    #: the scalar hyperparameters a generative draw is vectorized over: ``_draw_one(key, *values)``
+    draw_arguments: ClassVar[Tuple[str, ...]] = ("gamma", "alpha", "kappa")
+
+    def _draw_one(self, key, *hyperparameters):
+        """One draw of the generative process: ``(y (T, *event), intermediates)``, the latter with
+        ``beta``, ``trans``, ``states``, ``overflow`` and the class's parameters."""
+        raise NotImplementedError
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        """``(y, intermediates)``: observations ``(*sample_shape, T, *event)`` and a dict with
+        ``beta``, ``trans`` (start row last), the parameters, ``states`` and ``overflow`` (the
+        number of draws that needed a state beyond the capacity; a ``RuntimeWarning`` is emitted
+        when it is positive)."""
+        from numpyro_hdphmm._core.validation import host_warnings_enabled
+        from numpyro_hdphmm.models.declare import draw_model  # declare builds on this module
+
+        if self.num_steps is None:
+            raise ValueError("`num_steps` must be given to draw a sequence from the model.")
+        return draw_model(self, key, tuple(sample_shape), host_warnings_enabled())
+
+    def sample(self, key, sample_shape=()):
+        """Observations ``(*sample_shape, T, *event)`` from the generative model."""
+        return self.sample_with_intermediates(key, sample_shape)[0]

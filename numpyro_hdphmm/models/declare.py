@@ -6,16 +6,21 @@ rows, its further sites and the law of the state sequence given the rows."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Dict, Optional
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
+from jax import random
 
-from numpyro_hdphmm.distributions import GEM, EmissionLikelihood, HDPTransitions
+from numpyro_hdphmm._core.validation import host_warning
+from numpyro_hdphmm.distributions import GEM, EmissionLikelihood, HDPTransitions, warn_escape
 from numpyro_hdphmm.models.base import HDP_ROLE, MODEL_KEY, NAME_KEY, NOT_ENUMERABLE
 from numpyro_hdphmm.models.layout import check_states_shape, layout_from_draws, sequence_layout
 
-__all__ = ["declare_sites"]
+__all__ = ["declare_sites", "draw_model"]
 
 
 def declare_sites(model, name: str, obs, lengths, *, kappa, own_sites: Callable[[str, int], Dict],
@@ -70,3 +75,21 @@ def declare_sites(model, name: str, obs, lengths, *, kappa, own_sites: Callable[
             return observe(name, params, own, states, obs, None, obs_infer)
     with numpyro.plate("sequence", num_sequences, dim=-2), numpyro.plate("time", num_steps, dim=-1):
         return observe(name, params, own, states, obs, lengths, obs_infer)
+
+
+@partial(jax.jit, static_argnums=(2, 3))
+def draw_model(model, key, sample_shape, warn=True):
+    """Draws of a model class's generative process (the jitted body of
+    :meth:`~numpyro_hdphmm.models.base.ModelClass.sample_with_intermediates`, compiled once per
+    shape): ``model._draw_one(key, *hyperparameters) -> (y, intermediates)`` vmapped over
+    ``sample_shape + batch_shape``, the hyperparameters named by ``model.draw_arguments``
+    broadcast to it; a ``RuntimeWarning`` (``warn``) when a draw needed a state beyond the capacity
+    (``intermediates["overflow"]``)."""
+    shape = sample_shape + model.batch_shape
+    n = int(np.prod(shape)) if shape else 1
+    flat = [jnp.broadcast_to(getattr(model, a), shape).reshape(n) for a in model.draw_arguments]
+    y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
+    if warn:
+        host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
+    reshape = lambda a: a.reshape(shape + a.shape[1:])
+    return reshape(y), {k: reshape(v) for k, v in inter.items()}

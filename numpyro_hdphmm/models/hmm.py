@@ -8,17 +8,15 @@ sequence and the per-state emission parameters; :meth:`StickyHDPHMM.site_roles` 
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Tuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import random
 from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 
-from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive, host_warning, host_warnings_enabled
+from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive
 from numpyro_hdphmm.distributions import (
     GEM,
     HDPTransitions,
@@ -26,7 +24,6 @@ from numpyro_hdphmm.distributions import (
     check_capacity,
     safe_log,
     sample_markov_chain,
-    warn_escape,
 )
 from numpyro_hdphmm.emissions.base import EmissionFamily
 from numpyro_hdphmm.models.base import ModelClass, SiteRole
@@ -128,14 +125,6 @@ class StickyHDPHMM(ModelClass, Distribution):
         y = self.emission.sample_observations(k_y, params, states)
         return y, dict(beta=beta, trans=trans, states=states, overflow=overflow, **params)
 
-    def sample_with_intermediates(self, key, sample_shape=()):
-        if self.num_steps is None:
-            raise ValueError("`num_steps` must be given to draw a sequence from the model.")
-        return _draw_hdphmm(self, key, tuple(sample_shape), host_warnings_enabled())
-
-    def sample(self, key, sample_shape=()):
-        return self.sample_with_intermediates(key, sample_shape)[0]
-
     def log_prob(self, value):
         raise NotImplementedError(
             f"{type(self).__name__}.log_prob: the marginal density of an HDP-HMM has no closed form. "
@@ -143,19 +132,6 @@ class StickyHDPHMM(ModelClass, Distribution):
             "transition rows, the emission parameters and the states as sample sites for the package's "
             "kernels; or use numpyro_hdphmm.HiddenMarkovModel for a finite HMM with the states summed out."
         )
-
-
-@partial(jax.jit, static_argnums=(2, 3))
-def _draw_hdphmm(model: StickyHDPHMM, key, sample_shape, warn=True):
-    """Jitted body of :meth:`StickyHDPHMM.sample_with_intermediates` (compiled once per shape)."""
-    shape = sample_shape + model.batch_shape
-    n = int(np.prod(shape)) if shape else 1
-    flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha, model.kappa)]
-    y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
-    if warn:
-        host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
-    reshape = lambda a: a.reshape(shape + a.shape[1:])
-    return reshape(y), {k: reshape(v) for k, v in inter.items()}
 
 
 class HDPHMM(StickyHDPHMM):

@@ -218,6 +218,7 @@ class HDPHSMM(ModelClass, Distribution):
     pytree_data_fields = ("gamma", "alpha", "duration", "emission")
     pytree_aux_fields = ("max_states", "max_duration", "num_steps", "right_censoring", "left_censoring")
     kind = "hsmm"
+    draw_arguments = ("gamma", "alpha")
 
     def __init__(self, gamma, alpha, duration, emission, max_states: int, max_duration: int, num_steps=None, *,
                  right_censoring: bool = True, left_censoring: bool = False, validate_args=None):
@@ -315,33 +316,9 @@ class HDPHSMM(ModelClass, Distribution):
         return y, dict(beta=beta, trans=trans, states=states, overflow=overflow, **params,
                        **{f"duration_{p}": v for p, v in duration_params.items()})
 
-    def sample_with_intermediates(self, key, sample_shape=()):
-        """``(y, intermediates)``: observations ``(*sample_shape, T, *event)`` and a dict with
-        ``beta``, ``trans``, the emission parameters, ``duration_{p}``, ``states`` and
-        ``overflow``."""
-        if self.num_steps is None:
-            raise ValueError("`num_steps` must be given to draw a sequence from the model.")
-        return _draw_hdphsmm(self, key, tuple(sample_shape), host_warnings_enabled())
-
-    def sample(self, key, sample_shape=()):
-        return self.sample_with_intermediates(key, sample_shape)[0]
-
     def log_prob(self, value):
         raise NotImplementedError(
             f"{type(self).__name__}.log_prob: the marginal density of an HDP-HSMM has no closed form. Declare the "
             "model with numpyro_hdphmm.sample(name, hsmm, obs=y), which exposes beta, the rows, the emission and "
             "duration parameters and the states as sample sites for nh.infer.WeakLimitGibbs."
         )
-
-
-@partial(jax.jit, static_argnums=(2, 3))
-def _draw_hdphsmm(model: HDPHSMM, key, sample_shape, warn=True):
-    """Jitted body of :meth:`HDPHSMM.sample_with_intermediates`."""
-    shape = sample_shape + model.batch_shape
-    n = int(np.prod(shape)) if shape else 1
-    flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha)]
-    y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
-    if warn:
-        host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
-    reshape = lambda a: a.reshape(shape + a.shape[1:])
-    return reshape(y), {k: reshape(v) for k, v in inter.items()}

@@ -23,21 +23,26 @@ model is the HDP-AR-HMM of ``y``.
 
 from __future__ import annotations
 
-from functools import partial
 from types import SimpleNamespace
 from typing import Tuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 from jax import random
 from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 
-from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive, host_warning, host_warnings_enabled
-from numpyro_hdphmm.distributions import GEM, EmissionLikelihood, HDPTransitions, MarkovChain, check_capacity, safe_log, \
-    sample_markov_chain, warn_escape
+from numpyro_hdphmm._core.validation import as_parameter, check_nonnegative, check_positive
+from numpyro_hdphmm.distributions import (
+    GEM,
+    EmissionLikelihood,
+    HDPTransitions,
+    MarkovChain,
+    check_capacity,
+    safe_log,
+    sample_markov_chain,
+)
 from numpyro_hdphmm.emissions.autoregressive import AutoRegressive
 from numpyro_hdphmm.models.base import HDP_ROLE, NAME_KEY, ModelClass, SiteRole
 from numpyro_hdphmm.models.declare import declare_sites
@@ -159,32 +164,8 @@ class HDPSLDS(ModelClass, Distribution):
         y = self.observation.sample_observations(k_y, obs_params, x)
         return y, dict(beta=beta, trans=trans, states=states, overflow=overflow, latent=x, **params, **obs_params)
 
-    def sample_with_intermediates(self, key, sample_shape=()):
-        """``(y, intermediates)``: observations ``(*sample_shape, T, P)`` and a dict with ``beta``,
-        ``trans``, the dynamics parameters ``A`` and ``cov``, the observation parameters, ``states``,
-        ``latent`` and ``overflow``."""
-        if self.num_steps is None:
-            raise ValueError("`num_steps` must be given to draw a sequence from the model.")
-        return _draw_hdpslds(self, key, tuple(sample_shape), host_warnings_enabled())
-
-    def sample(self, key, sample_shape=()):
-        return self.sample_with_intermediates(key, sample_shape)[0]
-
     def log_prob(self, value):
         raise NotImplementedError(
             f"{type(self).__name__}.log_prob: the marginal density of an HDP-SLDS has no closed form. Declare the model "
             "with numpyro_hdphmm.sample(name, slds, obs=y), which exposes the modes, the latent path and the parameters "
             "as sample sites for nh.infer.WeakLimitGibbs.")
-
-
-@partial(jax.jit, static_argnums=(2, 3))
-def _draw_hdpslds(model: HDPSLDS, key, sample_shape, warn=True):
-    """Jitted body of :meth:`HDPSLDS.sample_with_intermediates`."""
-    shape = sample_shape + model.batch_shape
-    n = int(np.prod(shape)) if shape else 1
-    flat = [jnp.broadcast_to(v, shape).reshape(n) for v in (model.gamma, model.alpha, model.kappa)]
-    y, inter = jax.vmap(model._draw_one)(random.split(key, n), *flat)
-    if warn:
-        host_warning(warn_escape, inter["overflow"], type(model).__name__ + ".sample")
-    reshape = lambda a: a.reshape(shape + a.shape[1:])
-    return reshape(y), {k: reshape(v) for k, v in inter.items()}

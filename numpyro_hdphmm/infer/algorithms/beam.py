@@ -74,6 +74,7 @@ from numpyro_hdphmm.infer.moves.global_step import explicit_given_states
 from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
+from numpyro_hdphmm.infer.moves.slds import slds_sweep
 from numpyro_hdphmm.infer.moves.split_merge import check_split_merge, split_merge_explicit
 
 __all__ = ["compacted_start", "BeamSampler", "Beam", "BeamInfo", "drop_unused"]
@@ -181,12 +182,17 @@ class Beam(Algorithm):
         self.sharding = SequenceSharding() if sharding is None else sharding
 
     name = "BeamSampler"
+    model_classes = ("hmm", "slds")
     Info = BeamInfo
     describe = {
         "beta": "stick extension, then Dirichlet over (instantiated, rest) given the informative tables (Teh et al. eq. 37)",
         "trans": "stick extension, then Dirichlet rows given the counts (Fox et al. eq. 37)",
         "states": "slice sampling and FFBS over the instantiated states (Van Gael et al. 2008, Sec. 3)",
         "params": "conjugate posterior given the states; new states from the prior",
+        "slds:states": "slice sampling and FFBS over the instantiated modes given the latent path (the HDP-AR-HMM of x)",
+        "slds:params": "MNIW conditional of the dynamics given the modes and the latent path; new modes from the prior",
+        "slds:latent": "Kalman filter and backward sampler given the modes and the parameters (moves.slds)",
+        "slds:observation": "conjugate update of C, R given the latent path (missing values imputed; moves.slds)",
     }
 
     def init(self, rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> Explicit:
@@ -194,7 +200,15 @@ class Beam(Algorithm):
         return compacted_start(rng_key, spec, view, start)
 
     def step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
-        """One beam-sampler sweep (steps 1-6 of the module docstring): ``(Explicit, BeamInfo)``."""
+        """One beam-sampler sweep (steps 1-6 of the module docstring; for an HDP-SLDS on the latent
+        path, then the latent path and the observation parameters, :mod:`numpyro_hdphmm.infer.moves.slds`):
+        ``(Explicit, BeamInfo)``."""
+        if spec.sites.kind == "slds":
+            return slds_sweep(self._hmm_step, rng_key, state, spec, view)
+        return self._hmm_step(rng_key, state, spec, view)
+
+    def _hmm_step(self, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
+        """Steps 0-6 of the module docstring on ``view.data`` (for an HDP-SLDS: the latent path)."""
         capacity = spec.capacity
         data = view.data
         gamma, alpha, kappa = view.hyper

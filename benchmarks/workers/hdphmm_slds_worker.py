@@ -1,0 +1,168 @@
+"""Our side of ``benchmarks/slds_vs_jax_moseq.py``: the HDP-SLDS sweep of ``nh.infer.WeakLimitGibbs``
+in a process of its own (started by the driver with this repository on ``PYTHONPATH``).
+
+JSON-lines protocol on stdin / stdout (one request, one reply), the same as the jax-moseq worker's:
+
+  {"cmd": "setup", "data": npz, "K", "alpha", "gamma", "kappa", "S_0_scale", "K_0_scale", "Cd",
+   "sigmasq", "noise": "pinned" | "learned", "seed", "n"}
+      -> {"init_s", "compile_s", "first_s", "versions"}: builds the model, ``kernel.init`` (timed:
+      ``init_s``), compiles ``n`` sweeps of ``kernel.sample`` in one ``lax.fori_loop`` ahead of time
+      (``compile_s``), then runs it once (``first_s``, untimed warm-up of the chain).
+  {"cmd": "run"} -> {"s": seconds of one call of ``n`` sweeps}
+  {"cmd": "state"} -> the chain's current state (common names, see ``state()``) and our own log joint.
+  {"cmd": "profile", "n"} -> seconds per sweep of the blocks of the sweep, each compiled on its own.
+
+The per-sweep time is that of the kernel's ``sample`` in a compiled ``lax.fori_loop`` (as
+``MCMC.run`` runs its sweeps, without NumPyro's per-sample collection); see the driver's docstring.
+"""
+import json
+import sys
+import time
+from importlib.metadata import version
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+
+import numpyro_hdphmm as nh
+
+VERSIONS = {"jax": jax.__version__, "numpyro": numpyro.__version__}
+for _name in ("numpyro-hdphmm", "jaxlib"):
+    try:
+        VERSIONS[_name] = version(_name)
+    except Exception:  # noqa: BLE001
+        pass
+
+S = {}
+
+
+def setup(msg):
+    data = np.load(msg["data"])
+    y = jnp.asarray(data["y"], jnp.float32)
+    T, P = y.shape
+    Cd = np.asarray(msg["Cd"], np.float32)
+    D = Cd.shape[1] - 1
+    K = int(msg["K"])
+    loc = np.concatenate([np.eye(D), np.zeros((D, 1))], axis=1)  # M_0 = [I 0], as jax-moseq's
+    dynamics = nh.emissions.AutoRegressive(1, loc=loc, col_precision=np.eye(D + 1) / msg["K_0_scale"],
+                                           df=D + 2.0, scale=msg["S_0_scale"] * np.eye(D))
+    sigmasq = np.asarray(msg["sigmasq"], np.float64)
+    if msg["noise"] == "pinned":
+        # r_i ~ InvGamma(df / 2, df sigmasq_i / 2) with df = 1e6: R is sigmasq to 0.2% (jax-moseq's R is fixed)
+        df = 1e6
+    else:
+        df = 3.0  # the default weak prior, prior mean sigmasq
+    observation = nh.LinearGaussianObservation(P, D, C=Cd[:, :D], offset=Cd[:, D], noise="diagonal", df=df,
+                                               scale=np.diag(df * sigmasq if df > 3 else sigmasq))
+
+    def model(y):
+        nh.sample("y", nh.HDPSLDS(msg["gamma"], msg["alpha"], msg["kappa"], dynamics, observation, max_states=K),
+                  obs=y)
+
+    kernel = nh.infer.WeakLimitGibbs(model)
+    args, kwargs = (y,), {}
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(kernel.init(jax.random.key(msg["seed"]), 0, None, args, kwargs))
+    init_s = time.perf_counter() - t0
+    n = int(msg["n"])
+
+    def many(s):
+        return jax.lax.fori_loop(0, n, lambda i, s: kernel.sample(s, args, kwargs), s)
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(many).lower(state).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(compiled(state))
+    first_s = time.perf_counter() - t0
+    S.update(kernel=kernel, args=args, kwargs=kwargs, state=state, compiled=compiled, y=y, D=D, K=K,
+             dynamics=dynamics, observation=observation, n=n, hyper=(msg["gamma"], msg["alpha"], msg["kappa"]))
+    return {"init_s": init_s, "compile_s": compile_s, "first_s": first_s, "versions": VERSIONS}
+
+
+def run(msg):
+    t0 = time.perf_counter()
+    S["state"] = jax.block_until_ready(S["compiled"](S["state"]))
+    return {"s": time.perf_counter() - t0}
+
+
+def state(msg):
+    z = S["state"].z
+    st = S["state"]
+    trans = np.asarray(z["y_trans"])
+    return {
+        "x": np.asarray(z["y_latent"]).tolist(),            # (T, D)
+        "z": np.asarray(z["y_states"])[1:].tolist(),        # modes of steps 1..T-1 (x_t | x_{t-1})
+        "Ab": np.asarray(z["y_A"]).tolist(),               # (K, D, D + 1)
+        "Q": np.asarray(z["y_cov"]).tolist(),
+        "pi": trans[:-1].tolist(),                         # (K, K); the start row (last) left out
+        "R": np.asarray(z["y_R"]).tolist(),                # (P,)
+        "own": {"lp": float(st.lp), "data_loglik": float(st.data_loglik)},
+        "num_states": int(st.num_states),
+    }
+
+
+def profile(msg):
+    """Seconds per sweep of (a) the whole sweep, (b) the Kalman filter + backward sampler of the
+    latent path alone, (c) the HDP-AR-HMM sweep on a fixed latent path (FFBS over the modes, MNIW
+    dynamics, the HDP layer: ``WeakLimitGibbs`` on ``nh.StickyHDPHMM`` with the same dynamics
+    family and ``x`` as data), each compiled on its own, ``n`` repetitions in a ``fori_loop``."""
+    from numpyro_hdphmm._core.kalman import kalman_sample
+
+    n = int(msg.get("n", 20))
+    st = S["state"]
+    z = st.z
+    D = S["D"]
+    x = z["y_latent"]
+    modes = z["y_states"]
+    A = z["y_A"][modes]
+    C, d = S["observation"].C, S["observation"].offset
+    R = jnp.diag(z["y_R"])
+    y = S["y"]
+    mask = jnp.ones(y.shape, bool)
+    x0 = jnp.zeros(D, y.dtype)
+
+    def timed(fn, carry):
+        f = jax.jit(lambda c: jax.lax.fori_loop(0, n, lambda i, c: fn(c), c)).lower(carry).compile()
+        jax.block_until_ready(f(carry))
+        best = np.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(carry))
+            best = min(best, time.perf_counter() - t0)
+        return best / n
+
+    def kal(c):
+        key, acc = c
+        key, k = jax.random.split(key)
+        xs, _ = kalman_sample(k, x0, A[..., :D], A[..., D], z["y_cov"][modes], C, d, R, y, mask, y.shape[0])
+        return key, acc + xs[-1, 0]
+
+    out = {"sweep": timed(lambda s: S["kernel"].sample(s, S["args"], S["kwargs"]), st),
+           "kalman": timed(kal, (jax.random.key(1), jnp.zeros((), y.dtype)))}
+    K = S["K"]
+    dyn = S["dynamics"]
+
+    def armodel(x):
+        nh.sample("x", nh.StickyHDPHMM(*S["hyper"], dyn, max_states=K), obs=x)
+
+    kern = nh.infer.WeakLimitGibbs(armodel)
+    s0 = jax.block_until_ready(kern.init(jax.random.key(2), 0, None, (x,), {}))
+    out["ar_hmm"] = timed(lambda s: kern.sample(s, (x,), {}), s0)
+    return out
+
+
+for line in sys.stdin:
+    msg = json.loads(line)
+    cmd = msg["cmd"]
+    if cmd == "quit":
+        break
+    try:
+        out = {"setup": setup, "run": run, "state": state, "profile": profile}[cmd](msg)
+    except Exception as err:  # noqa: BLE001 - the driver reports it
+        import traceback
+
+        out = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()

@@ -171,6 +171,12 @@ class LinearGaussianObservation:
                              f"{jnp.shape(y)}.")
         check_finite(name, y, allow_nan=True)
 
+    def prepare(self, y):
+        """``y (T, P) -> (y, valid (T,))``: ``valid`` marks the steps with at least one observed
+        dimension (the steps that carry an observation)."""
+        y = jnp.asarray(y)
+        return y, jnp.any(~jnp.isnan(y), axis=-1)
+
     # ------------------------------------------------------------------ parameters
     def loading(self, params) -> Tuple[jax.Array, jax.Array]:
         """``(C (P, D), d (P,))`` at ``params``."""

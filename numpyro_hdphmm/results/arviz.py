@@ -289,7 +289,8 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
     if conditional:
         group = _group(data, "log_likelihood")
         values = group[name].values
-        observed = _observed_steps(obs_site["fn"].emission, obs_site["value"], lengths)
+        fn = obs_site["fn"]  # an HDP-SLDS's observed site carries its observation model, not an emission family
+        observed = _observed_steps(getattr(fn, "observation", None) or fn.emission, obs_site["value"], lengths)
     else:
         group = _group(data, "log_likelihood")
         res = marginal_log_likelihood(model, samples, name=name, model_args=model_args, model_kwargs=model_kwargs)

@@ -222,7 +222,9 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
                 "whose data is fixed, while an SLDS's modes see a latent path that changes with every draw; they are "
                 f"not implemented for it in this version. The draws of '{name}_states' are posterior draws of the modes "
                 f"(nh.point_segmentation(samples['{name}_states']) gives the point segmentation) and those of "
-                f"'{name}_latent' of the latent path (its posterior mean and intervals are their mean and quantiles).")
+                f"'{name}_latent' of the latent path (its posterior mean and intervals are their mean and quantiles); "
+                "nh.to_inference_data(mcmc, log_likelihood='conditional') and az.from_numpyro(mcmc) hold the pointwise "
+                "log-likelihood of the data given the latent path.")
         if site is None or site["type"] != "sample" or not isinstance(site["fn"], EmissionLikelihood):
             raise ValueError(
                 f"`model`: the model has no HDP-HMM observation site {name!r} declared with "

@@ -339,6 +339,12 @@ def test_arviz_loo_and_results_layer(fit):
         nh.viterbi(model, mcmc.get_samples(), model_args=(ys, lengths))
     point = nh.point_segmentation(np.asarray(mcmc.get_samples()["y_states"]), lengths=lengths)
     assert np.shape(point.labels) == (2, 120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NotImplementedError, match="conditional"):
+            nh.to_inference_data(mcmc)
+        ours = nh.to_inference_data(mcmc, log_likelihood="conditional")
+    assert "y_latent" in ours.posterior and "y" in ours.log_likelihood
 
 
 def test_dynamics_summary(fit):
@@ -450,6 +456,27 @@ def test_geweke_negative_control(monkeypatch):
                             num_iterations=3000, num_prior=3000)
     print("SLDS Geweke z, R misread:", {k: round(float(v), 2) for k, v in z.items()})
     assert max(abs(v) for v in z.values()) > 4.0, z
+
+
+@pytest.mark.slow
+def test_ard_prior_through_a_user_site():
+    """Fox et al.'s ARD as the user's own site (a precision per column of ``[A_k b_k]``): the inner
+    NUTS kernel updates it; the lag columns, which the data use, get small precisions."""
+    y, _, _ = synthetic(150, seed=4)
+    obs = nh.LinearGaussianObservation(2, D, C=np.eye(2), noise="diagonal", scale=0.02 * np.eye(2))
+
+    def model(y):
+        ard = numpyro.sample("ard", dist.Gamma(1.0, 0.1).expand([D + 1]).to_event(1))
+        dyn = nh.emissions.AutoRegressive(1, loc=jnp.zeros((D, D + 1)), col_precision=jnp.diag(ard), df=D + 2.0,
+                                          scale=0.05 * jnp.eye(D))
+        nh.sample("y", nh.HDPSLDS(1.0, 1.0, 5.0, dyn, obs, max_states=5), obs=y)
+
+    kernel = nh.infer.WeakLimitGibbs(model, split_merge=2)
+    assert kernel.update_plan(y).sites("inner") == ("ard",)
+    mcmc = MCMC(kernel, num_warmup=100, num_samples=100, progress_bar=False)
+    mcmc.run(random.key(0), y)
+    ard = np.asarray(mcmc.get_samples()["ard"]).mean(0)
+    assert np.all(np.isfinite(ard)) and ard[:D].max() < ard[D], ard
 
 
 @pytest.mark.slow

@@ -91,8 +91,9 @@ class HDPSLDS(ModelClass, Distribution):
         if dynamics.order != 1:
             raise NotImplementedError(
                 f"HDPSLDS: order-{dynamics.order} latent dynamics are not implemented in this version (the Kalman block "
-                "samples an order-1 latent state); use order=1, or write the order-r model as an order-1 model of the "
-                "stacked state [x_t, ..., x_{t-r+1}] with a fixed observation matrix.")
+                "samples an order-1 latent state; the stacked state [x_t, ..., x_{t-r+1}] of an order-r model has a "
+                "singular noise covariance, which needs its own backward sampler); use order=1, or the HDP-AR-HMM "
+                "(nh.StickyHDPHMM with an order-r AutoRegressive emission) on the observations.")
         if not isinstance(observation, LinearGaussianObservation):
             raise ValueError("`observation` must be an nh.LinearGaussianObservation, got "
                              f"{type(observation).__name__}.")

@@ -218,7 +218,7 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
         if site is not None and getattr((site.get("infer") or {}).get(MODEL_KEY), "kind", "hmm") == "slds":
             raise NotImplementedError(
                 f"the model's {name!r} is an HDP-SLDS: the state-posterior functions (viterbi, smooth, "
-                "posterior_state_marginals, marginal_log_likelihood, forecast) integrate over the modes of an HMM "
+                "posterior_state_marginals, marginal_log_likelihood) integrate over the modes of an HMM "
                 "whose data is fixed, while an SLDS's modes see a latent path that changes with every draw; they are "
                 f"not implemented for it in this version. The draws of '{name}_states' are posterior draws of the modes "
                 f"(nh.point_segmentation(samples['{name}_states']) gives the point segmentation) and those of "

@@ -99,6 +99,71 @@ def _forecast_core(rng_key, trans, last, params, history, emission, steps: int, 
 _forecast_jit = jax.jit(_forecast_core, static_argnames=("steps", "emission_batched"))
 
 
+def _forecast_slds_core(rng_key, trans, last, params, x_last, obs_params, dynamics, observation, steps: int):
+    """Pure core of an HDP-SLDS forecast: ``trans (S, K+1, K+1)``, ``last (S, N)`` modes and
+    ``x_last (S, N, D)`` latent states at the sequences' ends, dynamics ``params`` and
+    ``obs_params`` with leading ``S``; per draw and sequence the modes from the rows, the latent
+    path from the dynamics (:meth:`~numpyro_hdphmm.emissions.AutoRegressive.sample_continuation`
+    from ``x_last``), the observations from the observation model."""
+    num_draws, num_seq = last.shape
+    k = trans.shape[-1] - 1
+
+    def one_draw(key, P, z_last, theta, x0, phi):
+        log_p = _transition_logits(P)
+        escape = P[:k, k]
+
+        def one_sequence(kk, z0, x_end):
+            k_z, k_x, k_y = random.split(kk, 3)
+
+            def step(z_prev, key_t):
+                z = random.categorical(key_t, log_p[z_prev]).astype(jnp.int32)
+                return z, (z, escape[z_prev])
+
+            _, (zs, esc) = lax.scan(step, z0.astype(jnp.int32), random.split(k_z, steps))
+            xs = dynamics.sample_continuation(k_x, theta, zs, x_end[None])
+            return zs, xs, observation.sample_observations(k_y, phi, xs), esc
+
+        return jax.vmap(one_sequence)(random.split(key, num_seq), z_last, x0)
+
+    return jax.vmap(one_draw)(random.split(rng_key, num_draws), trans, last, params, x_last, obs_params)
+
+
+_forecast_slds_jit = jax.jit(_forecast_slds_core, static_argnames=("steps",))
+
+
+def _forecast_slds(rng_key, flat, lead, model, name, steps, lengths, model_args, model_kwargs):
+    """:func:`forecast` of an HDP-SLDS (the samples hold ``{name}_latent``): the model is traced at
+    the first draw for its dynamics and observation families (their parameters come from every
+    draw)."""
+    from numpyro import handlers
+
+    if isinstance(model, EmissionFamily) or not callable(model):
+        raise ValueError(f"`emission`: the samples hold '{name}_latent' (an HDP-SLDS); pass the model itself, whose "
+                         "dynamics and observation model the forecast needs.")
+    first = jax.tree_util.tree_map(lambda v: v[0], flat)
+    tr = handlers.trace(handlers.seed(handlers.substitute(model, data=first), rng_seed=0)).get_trace(
+        *model_args, **(model_kwargs or {}))
+    dynamics = tr[f"{name}_latent"]["fn"].emission
+    observation = tr[name]["fn"].observation
+    lengths = tr[name]["fn"].lengths if lengths is None else lengths
+    states, latent = flat[f"{name}_states"], flat[f"{name}_latent"]
+    batched = states.ndim == 3
+    states3, latent4 = (states, latent) if batched else (states[:, None], latent[:, None])
+    num_seq, num_steps = states3.shape[1:]
+    lengths = jnp.full((num_seq,), num_steps, jnp.int32) if lengths is None else jnp.asarray(lengths, jnp.int32)
+    end = jnp.broadcast_to(lengths - 1, (states3.shape[0], num_seq))
+    last = jnp.take_along_axis(states3, end[..., None], axis=-1)[..., 0]
+    x_last = jnp.take_along_axis(latent4, end[..., None, None], axis=2)[:, :, 0]
+    params = {p: flat[f"{name}_{p}"] for p in dynamics.param_names}
+    obs_params = {p: flat[f"{name}_{p}"] for p in observation.param_names}
+    zs, xs, ys, esc = _forecast_slds_jit(rng_key, flat[f"{name}_trans"], last, params, x_last, obs_params, dynamics,
+                                         observation, steps)
+    out = {"states": zs, "latent": xs, "y": ys, "new_state_prob": esc}
+    if not batched:
+        out = {k: v[:, 0] for k, v in out.items()}
+    return {k: v.reshape(lead + v.shape[1:]) for k, v in out.items()}
+
+
 # --------------------------------------------------------------------------- input handling
 def _history(observations, lengths, order, num_seq, num_steps, event_shape):
     """``(N, p, D)``: ``history[n, j] = y[n, L_n - 1 - j]`` (zeros before the start)."""
@@ -163,6 +228,11 @@ def forecast(
             length ``T``.
         batch_ndims: ``1`` (flat samples) or ``2`` (grouped by chain).
 
+    **HDP-SLDS** (the samples hold ``{name}_latent``; pass the model as ``emission``): each draw's
+    modes continue from its last mode, the latent path from its last latent state through the
+    modes' dynamics, the observations from the observation model; the result also holds
+    ``"latent"`` ``(S, h, D)`` or ``(S, N, h, D)``.
+
     Returns:
         ``{"states": (S, h) or (S, N, h), "y": (S, h, *event) or (S, N, h, *event),
         "new_state_prob": like "states"}``, where ``new_state_prob[..., s]`` is the probability
@@ -190,6 +260,8 @@ def forecast(
 
     if not isinstance(emission, EmissionFamily) and not callable(emission):
         raise ValueError(f"`emission` must be an EmissionFamily or the model, got {type(emission).__name__}.")
+    if f"{name}_latent" in flat:
+        return _forecast_slds(rng_key, flat, lead, emission, name, steps, lengths, tuple(model_args), model_kwargs)
     draws = hmm_draws(flat, emission, name, tuple(model_args), model_kwargs)
     if draws.kind != "hmm":
         raise NotImplementedError(

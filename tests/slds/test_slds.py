@@ -347,6 +347,22 @@ def test_arviz_loo_and_results_layer(fit):
     assert "y_latent" in ours.posterior and "y" in ours.log_likelihood
 
 
+def test_forecast_continues_the_latent_path(fit):
+    """``nh.forecast`` of an SLDS: modes from the rows, the latent path from each draw's last latent
+    state through the dynamics, observations from the observation model."""
+    model, mcmc, ys, lengths, _, _ = fit
+    s = mcmc.get_samples()
+    out = nh.forecast(random.key(2), s, model, 8, model_args=(ys, lengths))
+    assert out["latent"].shape == (40, 2, 8, D) and out["y"].shape == (40, 2, 8, D) and out["states"].shape == (40, 2, 8)
+    assert np.all(np.isfinite(np.asarray(out["y"])))
+    end = np.asarray(s["y_latent"])[:, 1, lengths[1] - 1]
+    step1 = np.asarray(out["latent"])[:, 1, 0]
+    # one step of dynamics from the last latent state: within a few dynamics-noise scales of it
+    assert np.median(np.linalg.norm(step1 - end, axis=-1)) < 1.0
+    with pytest.raises(ValueError, match="pass the model"):
+        nh.forecast(random.key(2), s, dynamics(), 8)
+
+
 def test_dynamics_summary(fit):
     """Each mode's eigenvalues and fixed point: the two regimes of the synthetic data rotate in
     opposite directions (arguments 0.2 and -0.3 per step, modulus 0.98)."""

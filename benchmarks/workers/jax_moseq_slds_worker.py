@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax_moseq.models import slds
 
-VERSIONS = {"jax": jax.__version__}
+VERSIONS = {"jax": jax.__version__, "x64": bool(jax.config.jax_enable_x64)}
 for _name in ("jax-moseq", "jaxlib", "dynamax"):
     try:
         VERSIONS[_name] = version(_name)
@@ -42,11 +42,12 @@ def sweep(model):
 
 
 def setup(msg):
-    y = np.load(msg["data"])["y"].astype(np.float32)
+    ftype = jnp.result_type(float)  # float64 under JAX_ENABLE_X64=1 (set by the driver)
+    y = np.load(msg["data"])["y"].astype(ftype)
     T, P = y.shape
     Y = jnp.asarray(y[None])
     # "Y": what init_model and the log likelihoods read; "y": what the latent-path update reads
-    data = {"Y": Y, "y": Y, "mask": jnp.ones((1, T), jnp.float32)}
+    data = {"Y": Y, "y": Y, "mask": jnp.ones((1, T), ftype)}
     trans = {"num_states": int(msg["K"]), "alpha": float(msg["alpha"]), "kappa": float(msg["kappa"]),
              "gamma": float(msg["gamma"])}
     ar = {"latent_dim": int(msg["D"]), "nlags": 1, "S_0_scale": float(msg["S_0_scale"]),
@@ -57,7 +58,7 @@ def setup(msg):
     model = slds.init_model(data, seed=jax.random.PRNGKey(int(msg["seed"])), trans_hypparams=trans,
                             ar_hypparams=ar, obs_hypparams=obs)
     model["states"]["s"] = jnp.ones_like(model["states"]["s"])                       # Gaussian noise
-    model["params"]["sigmasq"] = jnp.asarray(msg["sigmasq"], jnp.float32)            # R = diag(sigmasq)
+    model["params"]["sigmasq"] = jnp.asarray(msg["sigmasq"], ftype)            # R = diag(sigmasq)
     jax.block_until_ready(model["states"]["x"])
     init_s = time.perf_counter() - t0
     S["data"] = data

@@ -239,6 +239,13 @@ CASES: List[Case] = [
          lambda: _run_with_init({"y_states": np.full(50, 0.5)})),
     Case("Categorical.weakly_informative", "traced data (`jit_model_args=True`, `CollapsedSVI`, `vmap`) without `num_categories`",
          "num_categories", lambda: jax.jit(em.Categorical.weakly_informative)(_COUNTS)),
+    # ---- replica exchange
+    Case("WeakLimitGibbs (tempering)", "`tempering=1` (one rung: nothing to exchange with)", "tempering",
+         lambda: nh.infer.WeakLimitGibbs(_hdp_model, tempering=1)),
+    Case("WeakLimitGibbs (tempering)", "a ladder of inverse temperatures that does not end at 1", "tempering",
+         lambda: nh.infer.WeakLimitGibbs(_hdp_model, tempering=[0.0, 0.5, 0.9])),
+    Case("nh.log_evidence", "the extra fields of a run without `tempering=`", "source",
+         lambda: nh.log_evidence({"num_states": np.ones(10)})),
     # ---- NumPyro handlers the kernels cannot honour (NotImplementedError)
     Case("WeakLimitGibbs (any kernel, CollapsedSVI)", "`handlers.scale(model, 1e-3)`", "numpyro.handlers.scale",
          lambda: _kernel_plan(handlers.scale(_hdp_model, 1e-3), _Y1), NotImplementedError),

@@ -220,6 +220,26 @@ def lagged_states(cls):
     return Lagged
 
 
+def one_sided_swaps(cls):
+    """A deliberately wrong tempered kernel (negative control of replica exchange): ``cls`` whose
+    swaps are accepted with ``(b_{r+1} - b_r)(-ell_{r+1})``, the log ratio without the lower rung's
+    likelihood ``ell_r``."""
+    from numpyro_hdphmm.infer.moves.tempering import Tempered
+
+    class OneSidedTempered(Tempered):
+        @staticmethod
+        def swap_log_ratio(ladder, log_likelihood):
+            return (ladder[1:] - ladder[:-1]) * (-log_likelihood[1:])
+
+    class OneSided(cls):
+        def __init__(self, model, *, tempering, **options):
+            super().__init__(model, **options)
+            self.algorithm = OneSidedTempered(self.algorithm, tempering)
+
+    OneSided.__name__ = OneSided.__qualname__ = f"OneSided{cls.__name__}"
+    return OneSided
+
+
 # ------------------------------------------------------------------------------- registry
 _WL = (3.0, 2.0, 1.5)  # gamma, alpha, kappa of the weak-limit and direct-assignment problems
 _BEAM = (0.5, 2.0, 1.5)  # the beam sampler's and PGAS's (gamma 0.5: few sticks per sweep)
@@ -259,6 +279,11 @@ REGISTRY: tuple[Entry, ...] = (
           enumeration=(_wl_enumeration("single"), _wl_enumeration("padded", slow=True)),
           geweke=(Geweke(3, weak_limit_statistics, _t(dict(num_steps=8, num_iterations=6000, num_prior=6000))),),
           determinism=True),
+    Entry("WeakLimitGibbs-tempered", nh.infer.WeakLimitGibbs, options=_t(dict(tempering=4)),
+          families=frozenset(FAMILY_NAMES), target="weak_limit",
+          enumeration=(_wl_enumeration("single"), _wl_enumeration("padded", slow=True)),
+          agreement=Agreement(("WeakLimitGibbs",), capacity=20, num_warmup=500, num_samples=2000),
+          determinism=True),
     Entry("DirectAssignmentGibbs", nh.infer.DirectAssignmentGibbs,
           enumeration=(_da_enumeration("single"), _da_enumeration("padded", slow=True), _da_enumeration("missing", slow=True)),
           geweke=(Geweke(12, partition_statistics, _t(_GEWEKE_DA)),),
@@ -296,6 +321,9 @@ REGISTRY: tuple[Entry, ...] = (
           broken=True),
     # (its Geweke case, 16 x 3000 iterations at capacity 30, was not run to the end on the shared
     # 2-core machine: the Geweke check's negative control is LaggedWeakLimitGibbs's)
+    Entry("OneSidedWeakLimitGibbs-tempered", one_sided_swaps(nh.infer.WeakLimitGibbs), options=_t(dict(tempering=4)),
+          families=frozenset(FAMILY_NAMES), target="weak_limit", enumeration=(_wl_enumeration("single", slow=True),),
+          broken=True),
     Entry("LaggedBeamSampler", lagged_states(nh.infer.BeamSampler),
           enumeration=(_beam_enumeration("single", slow=True),), broken=True),
 )

@@ -396,3 +396,36 @@ def test_find_state_sites_and_validation(prior_draws):
     with pytest.raises(ValueError, match="z_trans"):
         nh.relabel_samples(samples, name="z")
     assert math.isfinite(expected_partition_loss(samples["y_states"][0], samples["y_states"]))
+
+
+# ------------------------------------------------------------------------ chain agreement
+def _chains(segmentations, num_draws=200, flip=0.02, seed=0):
+    """Draws grouped by chain: chain c copies ``segmentations[c]`` with a share ``flip`` of its
+    steps moved to a random label in each draw, and its labels permuted at random per draw (label
+    switching, which must not matter)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for seg in segmentations:
+        draws = []
+        for _ in range(num_draws):
+            z = np.array(seg)
+            moved = rng.random(z.size) < flip
+            z[moved] = rng.integers(0, 4, moved.sum())
+            draws.append(rng.permutation(6)[z])
+        out.append(draws)
+    return {"y_states": np.array(out), "y_trans": np.zeros((len(segmentations), num_draws, 7, 7))}
+
+
+def test_chain_agreement_sees_chains_in_different_modes():
+    """Four chains of one segmentation (labels permuted every draw) agree; two chains that join the
+    two regimes disagree, on the co-assignment even where the numbers of states match (a negative
+    control of the verdict)."""
+    two = np.repeat([0, 1, 0], 40)
+    other = np.repeat([0, 1, 1], 40)  # two states too, the boundary elsewhere
+    same = nh.labels.chain_agreement(_chains([two] * 4))
+    assert same.agree and "agree" in same.verdict, same.table
+    split = nh.labels.chain_agreement(_chains([two, two, other, other]), lp=np.random.default_rng(1).normal(size=(4, 200)))
+    assert not split.agree and "coassignment" in split.verdict and "tempering" in split.verdict
+    assert split.table["coassignment"][0] > 1.5 and split.table["lp"][0] < 1.05
+    with pytest.raises(ValueError, match="samples"):
+        nh.labels.chain_agreement({"y_states": np.zeros((1, 10, 5), int), "y_trans": np.zeros((1, 10, 2, 2))})

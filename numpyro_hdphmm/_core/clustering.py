@@ -107,7 +107,7 @@ def _mixture_em(points, weights, log_w, means, var, floor, num_iterations: int):
     return lax.fori_loop(0, num_iterations, step, (log_w, means, var))
 
 
-def merge_mixture(points, weights, labels, num_clusters: int, em_iterations: int = 10):
+def merge_mixture(points, weights, labels, num_clusters: int, em_iterations: int = 10, min_clusters: int = 1):
     r"""Greedy merging of over-split clusters by the Bayesian information criterion of the whole
     mixture.
 
@@ -120,7 +120,10 @@ def merge_mixture(points, weights, labels, num_clusters: int, em_iterations: int
     moment-matched component (``w = w_i + w_j``, ``mu = (w_i mu_i + w_j mu_j) / w``, second moments
     likewise); the best pair's mixture gets ``em_iterations`` EM steps and replaces the current
     one when its BIC is higher, ``LL' - LL > -(2 D + 1)/2 log n`` (one component fewer:
-    ``D`` means, ``D`` variances and a weight; ``n = sum w``); otherwise the merging stops.
+    ``D`` means, ``D`` variances and a weight; ``n = sum w``); otherwise the merging stops.  It
+    also stops at ``min_clusters`` components (the data-driven start keeps 2: a sampler that
+    moves one step at a time leaves a one-state start only slowly, while it empties a superfluous
+    state in a few sweeps).
 
     Against a test of each pair on its own, the whole mixture sees that two adjacent k-means
     cells of one Gaussian blob are one component (each cell alone is a truncated, flat-topped
@@ -175,7 +178,9 @@ def merge_mixture(points, weights, labels, num_clusters: int, em_iterations: int
         cand = jnp.where(jnp.isfinite(log_w[ii]) & jnp.isfinite(log_w[jj]), cand, -jnp.inf)
         best = jnp.argmax(cand)
         proposal = _mixture_em(points, weights, *merged(params, ii[best], jj[best]), floor, em_iterations)
-        accept = (~done) & jnp.isfinite(cand[best]) & (log_lik(proposal) - log_lik(params) > -penalty)
+        active = jnp.sum(jnp.isfinite(log_w))
+        accept = ((~done) & jnp.isfinite(cand[best]) & (active > min_clusters)
+                  & (log_lik(proposal) - log_lik(params) > -penalty))
         params = jax.tree_util.tree_map(lambda new, old: jnp.where(accept, new, old), proposal, params)
         return params, done | ~accept
 

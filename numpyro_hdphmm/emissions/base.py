@@ -77,6 +77,11 @@ class EmissionFamily:
     #: prior, :func:`numpyro_hdphmm.emissions.hierarchical_categorical`); kernels then draw the
     #: base exactly
     dirichlet_base: bool = False
+    #: :meth:`sufficient_statistics` is linear in the weights and :meth:`update_parameters` draws
+    #: from the conditional given them alone, so that the weights ``b`` (instead of 1) give the
+    #: conditional of the likelihood raised to the power ``b`` (exponential families; replica
+    #: exchange, :mod:`numpyro_hdphmm.infer.moves.tempering`)
+    temperable: bool = True
 
     @property
     def dp_concentration(self):

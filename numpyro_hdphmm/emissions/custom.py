@@ -72,6 +72,8 @@ class CustomEmission(EmissionFamily):
     param_names: Tuple[str, ...] = ()
     #: the parameters are the user's sites (updated by a kernel's inner kernel)
     owns_parameters = False
+    #: the inner kernel moves the parameters with the untempered likelihood
+    temperable = False
 
     def __init__(self, fn, num_states: int, *, _distribution=None):
         if _distribution is None:

@@ -192,6 +192,8 @@ class DPMixture(EmissionFamily):
     """
 
     _hyper_names = ("concentration",)
+    #: the component indicators are drawn given unscaled component likelihoods: no exact tempered update
+    temperable = False
 
     def __init__(self, base_family, concentration, max_components):
         if not isinstance(base_family, EmissionFamily):

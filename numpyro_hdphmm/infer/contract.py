@@ -14,6 +14,9 @@ whose pure, jittable functions are
 * ``resume(rng_key, state, spec, view) -> State``: after the inner kernel moved the other sites
   (which it sees with the rows integrated out, :meth:`Algorithm.inner_model`), redraw what it saw
   integrated out (default: the rows, Fox et al. eq. 37/41);
+* ``with_warmup(state, num_warmup) -> State``: the state told the run's number of warmup sweeps
+  (default: unchanged; an algorithm that adapts in warmup counts them down, e.g. the ladder of
+  :class:`~numpyro_hdphmm.infer.moves.tempering.Tempered`);
 * ``inner_kwargs(state) -> dict``: extra keyword arguments the inner kernel's model needs from the
   algorithm's state (default: none; e.g. the table counts of a collapsed seating), popped by
   ``inner_model``'s wrapper.
@@ -85,7 +88,8 @@ class Algorithm(Generic[State, Info]):
     Class attributes: ``name`` (the kernel's name in messages), ``model_classes`` (the model
     classes it samples, by kind), ``beta_prior`` (``"gem"``: the infinite model; ``"weak_limit"``:
     the algorithm samples ``Dir(gamma/L)``), ``owns_dp_concentration``
-    (the algorithm updates a DP-mixture emission's concentration site exactly), ``Info`` (the
+    (the algorithm updates a DP-mixture emission's concentration site exactly), ``temperable`` (it
+    can run under replica exchange, ``tempering=``), ``Info`` (the
     NamedTuple of its per-sweep diagnostics) and ``describe`` (what it does with each site role,
     for the update plan).
     """
@@ -94,6 +98,10 @@ class Algorithm(Generic[State, Info]):
     model_classes: ClassVar[Tuple[str, ...]] = ("hmm",)
     beta_prior: ClassVar[str] = "gem"
     owns_dp_concentration: ClassVar[bool] = True
+    #: its sweep reaches the likelihood only through the emission family's ``log_likelihoods`` and
+    #: weighted statistics, so that raising the likelihood to a power tempers it exactly
+    #: (``tempering=``, :mod:`numpyro_hdphmm.infer.moves.tempering`)
+    temperable: ClassVar[bool] = False
     Info: ClassVar[Type[tuple]] = NoInfo
     describe: ClassVar[Dict[str, str]] = {}
     #: where the sweep's sequences and vectorized chains run (:mod:`numpyro_hdphmm.infer.plumbing.sharding`);
@@ -127,6 +135,10 @@ class Algorithm(Generic[State, Info]):
     def init(self, rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> State:
         """The carried state from explicit starting values (default: ``start`` itself)."""
         return start
+
+    def with_warmup(self, state: State, num_warmup: int) -> State:
+        """The state told that the run has ``num_warmup`` warmup sweeps (default: unchanged)."""
+        return state
 
     def step(self, rng_key, state: State, spec: ModelSpec, view: ModelView) -> Tuple[State, Info]:
         """One sweep: ``(State, Info)``."""

@@ -12,6 +12,8 @@ r"""What to do with posterior draws of an HDP-HMM, by purpose.
   (:func:`forecast`);
 * :mod:`~numpyro_hdphmm.results.dynamics`: each mode's linear dynamics of an HDP-SLDS or AR-HMM
   (:func:`dynamics_summary`: eigenvalues, fixed points, occupancy);
+* :mod:`~numpyro_hdphmm.results.evidence`: the marginal likelihood ``log p(y)`` of a tempered run
+  by stepping stones (:func:`log_evidence`);
 * :mod:`~numpyro_hdphmm.results.arviz`: ArviZ conversion (:func:`to_inference_data`);
 * :mod:`~numpyro_hdphmm.results.diagnostics`: label-invariant comparisons of segmentations,
   the held-out predictive log-likelihood and a segmentation plot.
@@ -20,8 +22,9 @@ Every name here is also an attribute of :mod:`numpyro_hdphmm` (``nh.viterbi``,
 ``nh.diagnostics``, ``nh.labels``, ...).
 """
 
-from numpyro_hdphmm.results import arviz, diagnostics, dynamics, labels, posterior, predictive, segments
+from numpyro_hdphmm.results import arviz, diagnostics, dynamics, evidence, labels, posterior, predictive, segments
 from numpyro_hdphmm.results.dynamics import dynamics_summary
+from numpyro_hdphmm.results.evidence import log_evidence
 from numpyro_hdphmm.results.arviz import to_inference_data
 from numpyro_hdphmm.results.labels import point_segmentation, relabel_samples
 from numpyro_hdphmm.results.posterior import marginal_log_likelihood, posterior_state_marginals, smooth, viterbi
@@ -34,8 +37,10 @@ __all__ = [
     "duration_posterior",
     "dynamics",
     "dynamics_summary",
+    "evidence",
     "forecast",
     "labels",
+    "log_evidence",
     "marginal_log_likelihood",
     "point_segmentation",
     "posterior",

@@ -119,6 +119,8 @@ __all__ = [
     "step_agreement",
     "StateSummary",
     "summary",
+    "ChainAgreement",
+    "chain_agreement",
     "print_summary",
 ]
 
@@ -828,8 +830,9 @@ def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, 
                   group_by_chain: bool = True, min_share: float = MIN_SHARE,
                   point_estimate: bool = True, diverging=None) -> StateSummary:
     """Print :func:`summary` as ``numpyro.diagnostics.print_summary`` does (the kept states' labels,
-    the constant sites and the occupancy below the table) and return it.  Arguments as
-    :func:`summary`; use it instead of ``mcmc.print_summary()`` for HDP-HMM models."""
+    the constant sites and the occupancy below the table) and, for two or more chains, the verdict
+    of :func:`chain_agreement` (R-hat of label-invariant quantities), and return the summary.
+    Arguments as :func:`summary`; use it instead of ``mcmc.print_summary()`` for HDP-HMM models."""
     from numpyro.diagnostics import print_summary as numpyro_print_summary
 
     res = summary(samples, name=name, relabel=relabel, reference=reference, min_occupancy=min_occupancy, prob=prob,
@@ -852,8 +855,120 @@ def print_summary(samples, *, name: Optional[str] = None, relabel: bool = True, 
           "states and transition rows left out")
     for k, v in res.constant.items():
         print(f"constant over all draws: {k} = {np.asarray(v).tolist()}")
+    if group_by_chain:  # two or more chains: do they agree on label-invariant quantities?
+        grouped = samples.get_samples(group_by_chain=True) if hasattr(samples, "get_samples") else samples
+        site = f"{name or _hdp_site_name(grouped)}_states"
+        shape = np.shape(grouped.get(site, ()))
+        if len(shape) >= 3 and shape[0] >= 2 and shape[1] >= 4:
+            print("chains: " + chain_agreement(samples, name=name, min_share=min_share, lengths=lengths).verdict)
     if res.divergences is not None:
         total = int(res.divergences.sum())
         print(f"inner-kernel divergences after warmup: {total} (per chain {res.divergences.tolist()})"
               + ("; see docs/errors.md, 'Runtime warnings'" if total else ""))
     return res
+
+
+class ChainAgreement(NamedTuple):
+    """Whether the chains of a run agree, on label-invariant quantities only
+    (:func:`chain_agreement`): ``table`` (``{quantity: (R-hat, bulk ESS)}`` for ``num_states``,
+    ``effective_states``, ``lp`` where given, and ``coassignment``: the largest R-hat and the
+    smallest ESS over the co-assignment indicators ``[z_s = z_t]`` of ``num_pairs`` pairs of steps),
+    ``agree`` (every R-hat at most ``max_rhat``) and ``verdict`` (one line)."""
+
+    table: dict
+    agree: bool
+    verdict: str
+
+
+def chain_agreement(samples, lp=None, *, name: Optional[str] = None, min_share: float = MIN_SHARE, lengths=None,
+                    num_pairs: int = 200, max_rhat: float = 1.05, seed: int = 0) -> ChainAgreement:
+    r"""Do the chains agree?  R-hat and bulk ESS (ArviZ's rank-normalized split R-hat and
+    ``ess``) of quantities that do not depend on the labels, so that label switching cannot
+    inflate them and a real disagreement cannot hide behind it:
+
+    * ``num_states``: the states labelling some step, per draw;
+    * ``effective_states``: the states holding at least ``min_share`` of the steps
+      (:func:`effective_num_states`);
+    * ``lp``: the log joint (the kernels' ``lp`` field), where given;
+    * ``coassignment``: for ``num_pairs`` pairs of steps ``(s, t)`` drawn at random (``seed``), the
+      indicator ``[z_s = z_t]`` per draw; the largest R-hat and smallest ESS over the pairs.  Chains
+      whose segmentations differ (one chain joins two regimes another keeps apart) disagree here
+      even when their numbers of states match.
+
+    The verdict says which quantities exceed ``max_rhat`` and what to do.  Chains at different
+    numbers of states are either a multimodal posterior that no chain crosses or chains that have
+    not mixed yet; either way the draws pooled over the chains are not a posterior sample a user can
+    trust, and replica exchange (``WeakLimitGibbs(model, tempering=8)``, ``docs/tempering.md``) or
+    longer runs are the remedies.
+
+    Args:
+        samples: ``mcmc.get_samples(group_by_chain=True)`` (at least the ``{name}_states`` site,
+            ``(C, D, T)`` or ``(C, D, N, T)``), or an ``MCMC`` object after ``run`` (then ``lp`` is
+            read from its extra fields).
+        lp: ``(C, D)`` log joints, or ``None``.
+        name: the HDP-HMM's name (default: found from the samples).
+        min_share: the share of the steps a state must hold to count as effective.
+        lengths: ``(N,)`` sequence lengths (padded steps left out).
+        num_pairs: pairs of steps for the co-assignment.
+        max_rhat: the R-hat above which the chains disagree.
+        seed: the pairs' random seed.
+
+    Returns:
+        :class:`ChainAgreement`.
+    """
+    import arviz as az
+
+    if hasattr(samples, "get_samples"):
+        if lp is None:
+            lp = samples.get_extra_fields(group_by_chain=True).get("lp")
+        samples = samples.get_samples(group_by_chain=True)
+    if not isinstance(samples, dict):
+        raise ValueError(f"`samples` must be a dict of draws grouped by chain or an MCMC object, got {type(samples).__name__}.")
+    name = _hdp_site_name(samples) if name is None else name
+    if f"{name}_states" not in samples:
+        raise ValueError(f"`samples` must hold the site '{name}_states'.")
+    states = np.asarray(samples[f"{name}_states"])
+    if states.ndim not in (3, 4) or states.shape[0] < 2 or states.shape[1] < 4:
+        raise ValueError("`samples`: the states must be grouped by chain, (chains, draws, T) or (chains, draws, N, T), "
+                         f"with at least 2 chains and 4 draws; got shape {states.shape}.")
+    if not 0 < float(max_rhat):
+        raise ValueError(f"`max_rhat` must be positive, got {max_rhat}.")
+    C, D = states.shape[:2]
+    flat = states.reshape(C * D, -1).astype(np.int64)
+    if lengths is not None:
+        lengths = np.asarray(lengths)
+        steps = np.arange(states.shape[-1])
+        valid = (steps[None, :] < lengths[:, None]).reshape(-1) if states.ndim == 4 else steps < lengths.reshape(-1)[0]
+        flat = np.where(valid[None, :], flat, -1)
+    table = {}
+
+    def row(x):
+        x = np.asarray(x, np.float64).reshape(C, D)
+        if np.all(x == x.flat[0]):  # constant in every chain: they agree trivially
+            return 1.0, float(C * D)
+        return float(az.rhat(x)), float(az.ess(x))
+
+    table["num_states"] = row([len(np.unique(d[d >= 0])) for d in flat])
+    table["effective_states"] = row(effective_num_states(flat, min_share))
+    if lp is not None:
+        table["lp"] = row(lp)
+    labelled = np.flatnonzero(np.all(flat >= 0, axis=0))
+    if labelled.size >= 2:
+        rng = np.random.default_rng(seed)
+        a = rng.choice(labelled, num_pairs)
+        b = rng.choice(labelled, num_pairs)
+        keep = a != b
+        pairs = [row(flat[:, i] == flat[:, j]) for i, j in zip(a[keep], b[keep])]
+        if pairs:
+            table["coassignment"] = (max(p[0] for p in pairs), min(p[1] for p in pairs))
+    bad = [k for k, (r, _) in table.items() if not r <= max_rhat]
+    if not bad:
+        verdict = (f"the {C} chains agree: R-hat <= {max_rhat} for "
+                   f"{', '.join(table)} (smallest bulk ESS {min(e for _, e in table.values()):.0f}).")
+    else:
+        verdict = (f"the {C} chains DISAGREE on {', '.join(bad)} (R-hat "
+                   f"{', '.join(f'{table[k][0]:.2f}' for k in bad)} > {max_rhat}): they sit in different modes or "
+                   "have not mixed, so the pooled draws are not yet a posterior sample. Run longer, or use replica "
+                   "exchange (WeakLimitGibbs(model, tempering=8), docs/tempering.md), and compare the chains' "
+                   "segmentations (nh.point_segmentation per chain).")
+    return ChainAgreement(table, not bad, verdict)

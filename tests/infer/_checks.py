@@ -77,6 +77,23 @@ def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_c
     (Dirichlet-multinomial), ``beta ~ Dir(gamma/L)`` integrated by quadrature, emission
     probabilities integrated out (Dirichlet-categorical; ``log_emission``: ``partition key ->
     log p(y | partition)`` instead)."""
+    post = _weak_limit_log_joints(sequences, num_states, gamma, alpha, kappa, num_categories, emission_conc,
+                                  log_emission)
+    keys = list(post)
+    logs = np.array([post[k] for k in keys])
+    probs = np.exp(logs - np.logaddexp.reduce(logs))
+    return dict(zip(keys, probs))
+
+
+def exact_weak_limit_log_evidence(sequences, num_states, gamma, alpha, kappa, num_categories, emission_conc):
+    """``log p(y)`` of the model of :func:`exact_weak_limit_posterior` (every labelling summed)."""
+    post = _weak_limit_log_joints(sequences, num_states, gamma, alpha, kappa, num_categories, emission_conc)
+    return float(np.logaddexp.reduce(np.array(list(post.values()))))
+
+
+def _weak_limit_log_joints(sequences, num_states, gamma, alpha, kappa, num_categories, emission_conc,
+                           log_emission=None):
+    """``{partition key: log p(y, partition)}`` of :func:`exact_weak_limit_posterior`."""
     L = num_states
     lengths = [len(s) for s in sequences]
     flat_y = np.concatenate([np.asarray(s) for s in sequences])
@@ -103,10 +120,7 @@ def exact_weak_limit_posterior(sequences, num_states, gamma, alpha, kappa, num_c
         log_joint = np.log(np.sum(weights * integrand)) + log_py
         key = partition_key(flat_z)
         post[key] = np.logaddexp(post.get(key, -np.inf), log_joint)
-    keys = list(post)
-    logs = np.array([post[k] for k in keys])
-    probs = np.exp(logs - np.logaddexp.reduce(logs))
-    return dict(zip(keys, probs))
+    return post
 
 
 def final_states(kernel, model_args, num_chains, num_warmup, site="y_states", seed=0):

@@ -165,6 +165,7 @@ class WeakLimit(Algorithm):
     name = "WeakLimitGibbs"
     model_classes = ("hmm", "hsmm", "slds")
     beta_prior = "weak_limit"
+    temperable = True
     Info = WeakLimitInfo
     describe = {
         "beta": "Dirichlet given the informative tables, Dir(gamma/L + mbar) (Fox et al. Alg. 2, eq. 41)",

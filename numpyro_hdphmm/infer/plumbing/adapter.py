@@ -45,6 +45,7 @@ from numpyro_hdphmm._core.compile import one_off_applies, one_off_jit
 from numpyro_hdphmm._core.slots import count_used, occupied
 from numpyro_hdphmm._core.validation import is_concrete, no_host_warnings
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit
+from numpyro_hdphmm.infer.moves.tempering import Tempered
 from numpyro_hdphmm.infer.plumbing import initialization, programs, reporting
 from numpyro_hdphmm.infer.plumbing.collapse import StatesInUse, collapse_rows
 from numpyro_hdphmm.infer.plumbing.discovery import (
@@ -134,6 +135,15 @@ KERNEL_OPTIONS = {
         "        the model's own, the model's sites that ``init_to_value`` names taken as given (e.g.\n"
         "        ``values={\"y_states\": z0}``) and the rest drawn given the states.  ``MCMC.run(init_params=...)``\n"
         "        overrides any of them."),
+    "tempering": (
+        "replica exchange (parallel tempering): ``None`` (default) runs the algorithm alone; an int ``R >= 2``\n"
+        "        runs ``R`` copies of it at inverse temperatures from 0 (the prior) to 1 (the posterior), the emission\n"
+        "        likelihood raised to each, with non-reversible swaps between neighbours and the ladder adapted in\n"
+        "        warmup (:mod:`numpyro_hdphmm.infer.moves.tempering`, ``docs/tempering.md``); a sequence gives the starting\n"
+        "        ladder itself.  The draws are the untempered copy's; the swap rates, the ladder and each copy's\n"
+        "        log-likelihood are collected (``swap_accept``, ``inverse_temperatures``, ``replica_log_likelihood``) and\n"
+        "        give the evidence (:func:`numpyro_hdphmm.results.log_evidence`).  Costs ``R`` sweeps per sweep,\n"
+        "        vectorized."),
 }
 
 
@@ -149,6 +159,7 @@ class HDPKernel(MCMCKernel):
     :param hyperparameters: {hyperparameters}
     :param verbose: {verbose}
     :param init_strategy: {init_strategy}
+    :param tempering: {tempering}
     """
 
     sample_field = "z"
@@ -159,7 +170,7 @@ class HDPKernel(MCMCKernel):
 
     def __init__(self, model, algorithm: Optional[Algorithm] = None, *, inner_kernel: Optional[MCMCKernel] = None,
                  exact_hyperparameters: bool = True, hyperparameters: str = "collapsed", verbose: bool = False,
-                 init_strategy="data"):
+                 init_strategy="data", tempering=None):
         if not callable(model):
             raise ValueError("`model` must be a NumPyro model (a callable).")
         if algorithm is not None and not isinstance(algorithm, Algorithm):
@@ -170,6 +181,8 @@ class HDPKernel(MCMCKernel):
             raise ValueError(f"`hyperparameters` must be one of {crp.HYPERPARAMETER_UPDATES}, got {hyperparameters!r}.")
         if algorithm is not None:
             self.algorithm = algorithm
+        if tempering is not None:
+            self.algorithm = Tempered(self.algorithm, tempering)
         self._hyperparameters = hyperparameters
         self._init_strategy = initialization.resolve_init_strategy(init_strategy)
         self._model = model
@@ -499,7 +512,7 @@ class HDPKernel(MCMCKernel):
         spec = self._spec
         key_trace, key_algorithm, key_inner, key_state = random.split(rng_key, 4)
         z, view, start = self._start(key_trace, init_params, model_args, model_kwargs, states)
-        algorithm_state = self.algorithm.init(key_algorithm, spec, view, start)
+        algorithm_state = self.algorithm.with_warmup(self.algorithm.init(key_algorithm, spec, view, start), num_warmup)
         z = self._with_explicit(z, self.algorithm.explicit(key_algorithm, algorithm_state, spec, view))
         inner_state = None
         if self._inner is not None:

@@ -427,7 +427,8 @@ def check_handlers(trace, kernel: str) -> None:
                 f"{kernel}: site '{site_name}' is scaled (`numpyro.handlers.scale`, factor "
                 f"{np.asarray(scale) if _is_constant(scale) else 'traced'}); the kernels' conjugate and auxiliary-variable "
                 "updates use the unscaled likelihood and priors, so the scale would be ignored. Remove the handler; for a "
-                "subsampled or tempered fit of an HDP-HMM use CollapsedSVI(num_sequences=...) on minibatches of sequences."
+                "tempered posterior use WeakLimitGibbs(model, tempering=R) (replica exchange, the likelihood raised to "
+                "powers from 0 to 1), for a subsampled fit CollapsedSVI(num_sequences=...) on minibatches of sequences."
             )
         fn = site["fn"]
         while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):

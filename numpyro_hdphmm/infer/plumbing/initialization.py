@@ -7,7 +7,8 @@ Every kernel (:class:`~numpyro_hdphmm.infer.plumbing.adapter.HDPKernel`) takes `
     observations (:func:`cluster_states`): for windows of 1, 3 and 10 steps, k-means with
     k-means++ seeding on the standardized window means of ``y`` into a moderate number of
     clusters, then greedy merging of over-split clusters by the BIC of a Gaussian mixture
-    (:func:`~numpyro_hdphmm._core.clustering.merge_mixture`); of the three labellings the one
+    (:func:`~numpyro_hdphmm._core.clustering.merge_mixture`), down to two clusters at the fewest;
+    of the three labellings the one
     the model itself prefers (:func:`labelling_score`: the labelling's collapsed log joint
     under the model's emission family and prior for conjugate families, the BIC of a plug-in
     Gaussian HMM for the others), optionally refined by rounds of hard EM with the emission
@@ -88,7 +89,7 @@ def init_to_data(num_states: Optional[int] = None, window: Union[int, Sequence[i
         labelling, and the one with the highest :func:`labelling_score` is the start.
     :param kmeans_iterations: Lloyd iterations.
     :param refine_iterations: hard-EM rounds with the family's likelihood (0: none).
-    :param merge: greedily merge over-split clusters (:func:`cluster_states`, step 3).
+    :param merge: greedily merge over-split clusters, down to two (:func:`cluster_states`, step 3).
     """
     windows = (window,) if isinstance(window, int) and not isinstance(window, bool) else window
     try:
@@ -179,7 +180,11 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
        ``C`` clusters (:func:`~numpyro_hdphmm._core.clustering.kmeans`).
     3. with ``options.merge``: greedy merging of over-split clusters by the BIC of a diagonal
        Gaussian mixture of the window means (:func:`~numpyro_hdphmm._core.clustering.merge_mixture`;
-       neighbouring window means share their data, so every step counts ``1 / w``).
+       neighbouring window means share their data, so every step counts ``1 / w``), down to two
+       clusters at the fewest: regimes whose marginal distributions overlap look like one
+       Gaussian to the mixture, and a one-state start traps the samplers that move one step at a
+       time (``DirectAssignmentGibbs``, ``BeamSampler``; ``docs/benchmarks.md``, "Replica
+       exchange", overlap), while a superfluous second state empties within a few sweeps.
     4. Of the labellings, the one with the highest :func:`labelling_score` (the same data and
        score for every window, so the labellings compare).
     5. Families whose parameters the kernel owns, ``options.refine_iterations`` rounds of hard EM
@@ -205,7 +210,7 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
     def cluster(points, point_weights, scale):
         labels, _ = kmeans(k_means, points, point_weights, num_clusters, options.kmeans_iterations)
         if options.merge:
-            labels = merge_mixture(points, point_weights * scale, labels, num_clusters)
+            labels = merge_mixture(points, point_weights * scale, labels, num_clusters, min_clusters=2)
         labels = labels.reshape(num_seq, num_steps)
         return labels, labelling_score(view, labels, num_clusters, f, w)
 

@@ -1,0 +1,150 @@
+"""Replica exchange (``tempering=``) and the stepping-stone evidence.
+
+The exactness of the untempered rung is checked by the conformance suite
+(``test_conformance.py::test_enumeration[WeakLimitGibbs-tempered-*]``, negative control
+``OneSidedWeakLimitGibbs-tempered``); here: the evidence against the exact ``log p(y)``, the ladder's
+adaptation, the collected fields and the refusals.
+"""
+
+import pickle
+
+import jax
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC
+
+import numpyro_hdphmm as nh
+from numpyro_hdphmm.infer.moves import tempering
+from numpyro_hdphmm.results import evidence
+
+from _checks import exact_weak_limit_log_evidence
+
+GAMMA, ALPHA, KAPPA, L, C = 3.0, 2.0, 1.5, 3, 2
+Y = np.array([0, 0, 1, 1, 0])
+
+
+def fixed_model(y):
+    hmm = nh.StickyHDPHMM(GAMMA, ALPHA, KAPPA, nh.emissions.Categorical(C, 1.0), max_states=L)
+    nh.sample("y", hmm, obs=y)
+
+
+def _run(kernel, num_warmup, num_samples, num_chains=2, seed=0, y=Y):
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(seed), y)
+    return mcmc
+
+
+@pytest.fixture(scope="module")
+def evidence_run():
+    """8 rungs, 8 chains: warmup adapts the ladder, 1500 draws per chain."""
+    return _run(nh.infer.WeakLimitGibbs(fixed_model, tempering=8), 200, 1500, num_chains=8)
+
+
+@pytest.mark.statistical
+def test_log_evidence_matches_exact(evidence_run):
+    """The stepping-stone ``log p(y)`` within 4 Monte Carlo standard errors of the exact evidence
+    (every labelling summed, ``beta`` by quadrature)."""
+    exact = exact_weak_limit_log_evidence([list(Y)], L, GAMMA, ALPHA, KAPPA, C, 1.0)
+    est = nh.log_evidence(evidence_run)
+    print(f"log p(y): exact {exact:.4f}, stepping stones {est.log_evidence:.4f} +- {est.mc_error:.4f}")
+    assert est.mc_error < 0.05
+    assert abs(est.log_evidence - exact) < 4 * est.mc_error + 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.negative_control
+def test_log_evidence_detects_wrong_rung(evidence_run, monkeypatch):
+    """Negative control: each step's expectation taken over the upper rung's draws instead of the
+    lower's is rejected by the same bound."""
+    def upper(ladder, ll):
+        steps = np.diff(ladder)
+        return evidence.logsumexp(steps[None, :] * ll[:, 1:], axis=0) - np.log(ll.shape[0])
+
+    monkeypatch.setattr(evidence, "_stepping_stones", upper)
+    exact = exact_weak_limit_log_evidence([list(Y)], L, GAMMA, ALPHA, KAPPA, C, 1.0)
+    est = nh.log_evidence(evidence_run)
+    print(f"wrong rung: exact {exact:.4f}, estimate {est.log_evidence:.4f} +- {est.mc_error:.4f}")
+    assert abs(est.log_evidence - exact) > 4 * est.mc_error + 1e-3
+
+
+def test_collected_fields_and_ladder(evidence_run):
+    """The ladder is fixed after warmup, runs from 0 to 1, and its swap rates are about equal
+    (the adaptation's aim); each pair proposes every other sweep."""
+    f = evidence_run.get_extra_fields(group_by_chain=True)
+    ladder, swaps, ll = (np.asarray(f[k]) for k in ("inverse_temperatures", "swap_accept", "replica_log_likelihood"))
+    assert ladder.shape == ll.shape == (8, 1500, 8) and swaps.shape == (8, 1500, 7)
+    assert np.all(ladder == ladder[:, :1]) and np.all(ladder[..., 0] == 0) and np.all(ladder[..., -1] == 1)
+    assert np.all(np.diff(ladder, axis=-1) > 0)
+    untried = np.sum(np.isnan(swaps), axis=-1)  # pairs (0, 2, 4, 6) and (1, 3, 5) alternate
+    assert set(np.unique(untried)) == {3, 4} and np.all(np.abs(np.diff(untried, axis=1)) == 1)
+    rates = np.nanmean(swaps, axis=(0, 1))
+    print("swap rates", np.round(rates, 3), "ladder", np.round(ladder[0, 0], 4))
+    assert rates.min() > 0.5 and rates.max() - rates.min() < 0.2
+    assert np.all(ll <= 0)  # categorical log-likelihoods
+    samples = evidence_run.get_samples()
+    assert samples["y_states"].shape == (8 * 1500, 5)
+
+
+def test_inference_data_and_pickle(evidence_run):
+    """ArviZ's ``sample_stats`` carries the tempering fields; the kernel pickles."""
+    idata = nh.to_inference_data(evidence_run)
+    assert "swap_accept" in idata.sample_stats and "inverse_temperatures" in idata.sample_stats
+    kernel = pickle.loads(pickle.dumps(nh.infer.WeakLimitGibbs(fixed_model, tempering=3)))
+    assert kernel.algorithm.num_replicas == 3 and "swap_accept" in kernel.default_fields
+
+
+def test_adapted_ladder_equalizes_barrier():
+    """One adaptation: rungs placed at equal cumulative rejection; the end points stay."""
+    ladder = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+    new = np.asarray(tempering.adapted_ladder(jax.numpy.asarray(ladder), jax.numpy.asarray([0.9, 0.1, 0.1, 0.1])))
+    assert new[0] == 0.0 and new[-1] == 1.0 and np.all(np.diff(new) > 0)
+    assert new[1] < 0.25  # the first pair rejected most: its rungs move together
+    barrier = np.concatenate([[0], np.cumsum([0.9, 0.1, 0.1, 0.1])])
+    assert np.allclose(np.interp(new, ladder, barrier), np.linspace(0, 1.2, 5))
+
+
+@pytest.mark.parametrize("bad", [1, 0, True, [0.0, 0.5], [0.1, 1.0], [0.0, 0.7, 0.5, 1.0], "4", [[0.0, 1.0]]])
+def test_bad_tempering_is_refused(bad):
+    with pytest.raises(ValueError, match="tempering"):
+        nh.infer.WeakLimitGibbs(fixed_model, tempering=bad)
+
+
+@pytest.mark.parametrize("cls", [nh.infer.DirectAssignmentGibbs, nh.infer.BeamSampler, nh.infer.RCDSampler, nh.infer.PGAS])
+def test_kernels_without_tempering_refuse_it(cls):
+    with pytest.raises(NotImplementedError, match="WeakLimitGibbs"):
+        cls(fixed_model, tempering=4)
+
+
+def test_models_without_exact_tempering_are_refused():
+    with pytest.raises(NotImplementedError, match="split_merge=0"):
+        nh.infer.WeakLimitGibbs(fixed_model, split_merge=2, tempering=4)
+
+    def mixture(y):
+        base = nh.emissions.GaussianNIW(np.zeros(1), 0.1, 3.0, np.eye(1))
+        hmm = nh.StickyHDPHMM(GAMMA, ALPHA, KAPPA, nh.emissions.DPMixture(base, 1.0, 3), max_states=L)
+        nh.sample("y", hmm, obs=y)
+
+    with pytest.raises(NotImplementedError, match="DPMixture"):
+        _run(nh.infer.WeakLimitGibbs(mixture, tempering=3), 1, 1, num_chains=1, y=np.zeros((6, 1)))
+
+    def hyper_mean(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        hmm = nh.StickyHDPHMM(GAMMA, ALPHA, KAPPA, nh.emissions.GaussianNIW(mu[None], 0.1, 3.0, np.eye(1)), max_states=L)
+        nh.sample("y", hmm, obs=y)
+
+    with pytest.raises(NotImplementedError, match="inner kernel"):
+        nh.infer.WeakLimitGibbs(hyper_mean, tempering=3).update_plan(np.zeros((6, 1)))
+
+
+def test_log_evidence_refuses_untempered_runs():
+    mcmc = _run(nh.infer.WeakLimitGibbs(fixed_model), 2, 3, num_chains=1)
+    with pytest.raises(ValueError, match="tempering"):
+        nh.log_evidence(mcmc)
+    f = {"inverse_temperatures": np.tile([0.0, 0.5, 1.0], (10, 1)), "replica_log_likelihood": np.zeros((10, 3))}
+    f["inverse_temperatures"][0, 1] = 0.4
+    with pytest.raises(ValueError, match="post-warmup"):
+        nh.log_evidence(f)

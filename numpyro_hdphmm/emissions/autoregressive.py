@@ -58,7 +58,7 @@ from numpyro_hdphmm._core.validation import (
     default_float_dtype,
     is_concrete,
 )
-from numpyro_hdphmm._core import mniw as _mniw
+from numpyro_hdphmm._core import mniw
 from numpyro_hdphmm.emissions._data import (
     check_data_spread,
     check_deviation_range,
@@ -120,13 +120,13 @@ def coefficients_from_centred(A_c, center, order: int):
 def col_precision_to_centred(K, center, order: int):
     """Column precision of ``A`` -> of ``A_c``: ``A_c = A R - c e_m^T`` so ``K_c = R^{-1} K R^{-T}``."""
     Rinv = _shift_matrix(-_lag_offset(center, order), K.shape[-1])
-    return _mniw.symmetrize(Rinv @ K @ jnp.swapaxes(Rinv, -1, -2))
+    return mniw.symmetrize(Rinv @ K @ jnp.swapaxes(Rinv, -1, -2))
 
 
 def col_precision_from_centred(K_c, center, order: int):
     """The inverse of :func:`col_precision_to_centred`: ``K = R K_c R^T``."""
     R = _shift_matrix(_lag_offset(center, order), K_c.shape[-1])
-    return _mniw.symmetrize(R @ K_c @ jnp.swapaxes(R, -1, -2))
+    return mniw.symmetrize(R @ K_c @ jnp.swapaxes(R, -1, -2))
 
 
 class CentredMatrixNormal(dist.Distribution):
@@ -345,51 +345,51 @@ class AutoRegressive(EmissionFamily):
         centred targets and regressors (module docstring, "Numerics")."""
         w = jnp.asarray(weights, jnp.result_type(x.y))
         xc = self._centre_inputs(x)
-        return _mniw.mniw_statistics(xc.y, xc.regressor, w)
+        return mniw.mniw_statistics(xc.y, xc.regressor, w)
 
     def posterior(self, stats: MNIWStats) -> "AutoRegressive":
         """MNIW posterior (Minka 1998; Fox 2009, PhD thesis, MNIW appendix): ``K_n = K_0 + S_xx``,
         ``M_n = (M_0 K_0 + S_yx) K_n^{-1}``, ``nu_n = nu_0 + N``,
         ``Psi_n = Psi_0 + S_yy + M_0 K_0 M_0^T - M_n K_n M_n^T``, in the centred coordinates (the
         result keeps the family's ``center``)."""
-        Mn, Kn, dfn, Psin = _mniw.mniw_posterior(*self._hyper(), stats)
+        Mn, Kn, dfn, Psin = mniw.mniw_posterior(*self._hyper(), stats)
         center = jnp.broadcast_to(self.center, dfn.shape + (self.dim,))
         return self.tree_unflatten((self.dim, self.order, self.affine, self.has_center), (Mn, Kn, dfn, Psin, center))
 
     def log_marginal_likelihood(self, stats: MNIWStats) -> jax.Array:
-        """Closed-form MNIW evidence (see :func:`._mniw.mniw_log_marginal`), shape ``(K,)``
+        """Closed-form MNIW evidence (see :func:`numpyro_hdphmm._core.mniw.mniw_log_marginal`), shape ``(K,)``
         (a shift of the data has Jacobian 1: the centred evidence is the evidence)."""
-        return _mniw.mniw_log_marginal(*self._hyper(), stats)
+        return mniw.mniw_log_marginal(*self._hyper(), stats)
 
     def log_predictive(self, x, stats: MNIWStats) -> jax.Array:
         """Student-t predictive of one ``x = ARInputs(y (D,), regressor (m,))``: dof
         ``nu_n - D + 1``, location ``M_n x``, shape ``Psi_n (1 + x^T K_n^{-1} x) / (nu_n - D + 1)``
         (centred coordinates)."""
-        Mn, Kn, dfn, Psin = _mniw.mniw_posterior(*self._hyper(), stats)
+        Mn, Kn, dfn, Psin = mniw.mniw_posterior(*self._hyper(), stats)
         xc = self._centre_inputs(x)
-        return _mniw.mniw_log_predictive(xc.y, xc.regressor, Mn, Kn, dfn, Psin)
+        return mniw.mniw_log_predictive(xc.y, xc.regressor, Mn, Kn, dfn, Psin)
 
     def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
         """``cov ~ IW(df, scale)`` (Bartlett), ``A_c ~ MN(loc_c, cov, col_precision_c^{-1})``,
         returned in the original coordinates (``A``)."""
         shape = tuple(sample_shape) + self.batch_shape
-        A_c, cov = _mniw.mniw_sample(rng_key, *self._hyper(), shape)
+        A_c, cov = mniw.mniw_sample(rng_key, *self._hyper(), shape)
         return {"A": self._from_centred(A_c), "cov": cov}
 
     def log_prior(self, params) -> jax.Array:
         """``log IW(cov | df, scale) + log MN(A | loc, cov, col_precision^{-1})``, shape ``(K,)``
         (evaluated at ``A_c``: the map has Jacobian 1)."""
-        return _mniw.mniw_log_density(self._to_centred(params["A"]), params["cov"], *self._hyper())
+        return mniw.mniw_log_density(self._to_centred(params["A"]), params["cov"], *self._hyper())
 
     # ------------------------------------------------------------------ likelihood
     def log_likelihoods(self, x, params) -> jax.Array:
         """``(T, K)`` log densities ``log N(y_t | A_k x_t, cov_k)`` (one small triangular inverse per state, then a matrix product)."""
-        chol = _mniw.cholesky(params["cov"])  # (K, D, D)
+        chol = mniw.cholesky(params["cov"])  # (K, D, D)
         mean = jnp.einsum("kdm,tm->kdt", params["A"], x.regressor)  # (K, D, T)
         diff = x.y.T[None] - mean
-        z = _mniw.whiten(chol, diff)
+        z = mniw.whiten(chol, diff)
         maha = jnp.sum(z * z, axis=-2)
-        ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw.LOG_2PI
+        ll = -0.5 * maha - 0.5 * mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * mniw.LOG_2PI
         return ll.T
 
     def sample_observations(self, rng_key, params, states) -> jax.Array:
@@ -409,7 +409,7 @@ class AutoRegressive(EmissionFamily):
         L_z^T = Sigma_z``, one ``lax.scan`` over the ``h`` steps of ``states (h,)``."""
         states = jnp.asarray(states)
         A = params["A"]
-        chol = _mniw.cholesky(params["cov"])
+        chol = mniw.cholesky(params["cov"])
         eps = jax.random.normal(rng_key, states.shape + (self.dim,), jnp.result_type(A))
 
         def step(lags, inp):
@@ -424,10 +424,10 @@ class AutoRegressive(EmissionFamily):
     # ------------------------------------------------------------------ expected statistics
     def expected_log_likelihoods(self, x, stats: MNIWStats) -> jax.Array:
         """``E_q[log N(y_t | A_k x_t, cov_k)]`` under the MNIW posterior
-        (:func:`._mniw.mniw_expected_log_likelihood`): ``x = ARInputs(y (T, D), regressor (T, m))`` ->
+        (:func:`numpyro_hdphmm._core.mniw.mniw_expected_log_likelihood`): ``x = ARInputs(y (T, D), regressor (T, m))`` ->
         ``(T, K)``."""
         post = self.posterior(stats)
-        return _mniw.mniw_expected_log_likelihood(x.y, x.regressor, *post._hyper())
+        return mniw.mniw_expected_log_likelihood(x.y, x.regressor, *post._hyper())
 
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
@@ -439,10 +439,10 @@ class AutoRegressive(EmissionFamily):
             f"{name}_cov", dist.InverseWishart(self.df, scale_matrix=self.scale).expand(batch)
         )
         m = self.num_regressors
-        Ck = _mniw.cholesky(self.col_precision_centred)
+        Ck = mniw.cholesky(self.col_precision_centred)
         eye = jnp.broadcast_to(jnp.eye(m, dtype=Ck.dtype), Ck.shape)
-        col_cov = _mniw.cho_solve(Ck, eye)  # K_0^{-1}
-        fn = dist.MatrixNormal(self.loc_centred, _mniw.cholesky(cov), _mniw.cholesky(col_cov)).expand(batch)
+        col_cov = mniw.cho_solve(Ck, eye)  # K_0^{-1}
+        fn = dist.MatrixNormal(self.loc_centred, mniw.cholesky(cov), mniw.cholesky(col_cov)).expand(batch)
         if self.has_center:
             fn = CentredMatrixNormal(fn, self.center, self.order)
         A = emission_site(f"{name}_A", fn)
@@ -517,7 +517,7 @@ class AutoRegressive(EmissionFamily):
             loc=jnp.zeros((D, m), dtype),
             col_precision=jnp.diag(0.01 * jnp.asarray(second, dtype)),
             df=D + 2.0,
-            scale=_mniw.regularize_scale(jnp.asarray(resid_cov, dtype)),
+            scale=mniw.regularize_scale(jnp.asarray(resid_cov, dtype)),
         )
         center = center if affine else None
         if "loc" in overrides or "col_precision" in overrides:
@@ -561,7 +561,7 @@ def _checked_hyper(order: int, affine: bool, loc, col_precision, df, scale):
     check_shape("scale", scale, (None,) * (scale.ndim - 2) + (D, D), "(..., D, D)")
     check_finite("loc", loc)
     check_positive_definite("col_precision", col_precision)
-    _mniw.check_df(df, D, "df")
+    mniw.check_df(df, D, "df")
     check_positive_definite("scale", scale)
     try:
         jnp.broadcast_shapes(loc.shape[:-2], col_precision.shape[:-2], df.shape, scale.shape[:-2])
@@ -599,13 +599,13 @@ def _weakly_informative_moments(data, order: int, affine: bool):
     x, valid = jax.vmap(tmp.prepare)(seqs)
     valid = valid & (jnp.arange(T) >= order)[None, :]  # regressors of observed lags only
     ys, regs, ok = x.y.reshape(-1, D), x.regressor.reshape(-1, m), valid.reshape(-1)
-    stats = _mniw.mniw_statistics(ys, regs, ok.astype(ys.dtype)[:, None])
+    stats = mniw.mniw_statistics(ys, regs, ok.astype(ys.dtype)[:, None])
     stats = jax.tree_util.tree_map(lambda a: a[0], stats)
     n = jnp.maximum(stats.count, 1.0)
     second = jnp.diagonal(stats.sum_xx) / n
     second = jnp.where(second > 0, second, 1.0)
     # pooled least squares with a tiny ridge: residual sum of squares S_yy - S_yx S_xx^{-1} S_xy
     ridge = jnp.diag(1e-8 * second * n + 1e-12)
-    _, _, _, rss = _mniw.mniw_posterior(jnp.zeros((D, m), ys.dtype), ridge, 0.0, jnp.zeros((D, D), ys.dtype), stats)
+    _, _, _, rss = mniw.mniw_posterior(jnp.zeros((D, m), ys.dtype), ridge, 0.0, jnp.zeros((D, D), ys.dtype), stats)
     resid_cov = jnp.where(stats.count > m, rss / jnp.maximum(stats.count - m, 1.0), jnp.eye(D, dtype=ys.dtype))
     return second, resid_cov, stats.count

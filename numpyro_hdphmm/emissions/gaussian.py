@@ -41,7 +41,7 @@ from numpyro_hdphmm._core.validation import (
     default_float_dtype,
     is_concrete,
 )
-from numpyro_hdphmm._core import mniw as _mniw
+from numpyro_hdphmm._core import mniw
 from numpyro_hdphmm.emissions._data import (
     check_data_spread,
     check_deviation_range,
@@ -98,7 +98,7 @@ class GaussianNIW(EmissionFamily):
             raise ValueError(f"`scale` must have shape (..., {D}, {D}), got {jnp.shape(scale)}.")
         check_shape("scale", scale, (None,) * (jnp.ndim(scale) - 2) + (D, D), "(..., D, D) with D = loc.shape[-1]")
         check_positive("mean_precision", mean_precision)
-        _mniw.check_df(df, D, "df")
+        mniw.check_df(df, D, "df")
         check_finite("loc", loc)
         check_positive_definite("scale", scale)
         try:
@@ -137,9 +137,9 @@ class GaussianNIW(EmissionFamily):
         return (self.loc[..., None], self.mean_precision[..., None, None], self.df, self.scale)
 
     @staticmethod
-    def _mniw_stats(stats: GaussianStats) -> _mniw.MNIWStats:
+    def _mniw_stats(stats: GaussianStats) -> mniw.MNIWStats:
         count = jnp.asarray(stats.count)
-        return _mniw.MNIWStats(count, count[..., None, None], stats.sum_y[..., None], stats.sum_yy)
+        return mniw.MNIWStats(count, count[..., None, None], stats.sum_y[..., None], stats.sum_yy)
 
     @classmethod
     def _from_hyper(cls, loc, mean_precision, df, scale, dim):
@@ -185,7 +185,7 @@ class GaussianNIW(EmissionFamily):
     # to them), and every step is exact algebra.
     def _frame(self):
         """``L_0 (..., D, D)``, the lower Cholesky factor of ``scale``."""
-        return _mniw.cholesky(self.scale)
+        return mniw.cholesky(self.scale)
 
     def _frame_prior(self):
         """The prior in the frame: ``(M0 = 0 (..., D, 1), K0 (..., 1, 1), nu0 (...), Psi0 = I (..., D, D))``."""
@@ -196,7 +196,7 @@ class GaussianNIW(EmissionFamily):
         """``z = L_0^{-1} (x - loc)`` for ``x (..., D)`` (prior of batch shape ``()``)."""
         diff = jnp.asarray(x) - self.loc
         flat = diff.reshape(-1, self.dim)
-        return _mniw.whiten(self._frame(), flat.T).T.reshape(diff.shape)
+        return mniw.whiten(self._frame(), flat.T).T.reshape(diff.shape)
 
     def sufficient_statistics(self, x, weights) -> GaussianStats:
         """``(count (K,), sum_y (K, D), sum_yy (K, D, D))``: weighted sums of the WHITENED
@@ -214,9 +214,9 @@ class GaussianNIW(EmissionFamily):
         )
 
     def _frame_posterior(self, stats: GaussianStats):
-        """NIW posterior in the frame (Murphy 2007 eqs. 250-254 via :func:`._mniw.mniw_posterior`):
+        """NIW posterior in the frame (Murphy 2007 eqs. 250-254 via :func:`numpyro_hdphmm._core.mniw.mniw_posterior`):
         ``(m_n' (K, D, 1), kappa_n (K, 1, 1), nu_n (K,), Psi_n' (K, D, D))``."""
-        return _mniw.mniw_posterior(*self._frame_prior(), self._mniw_stats(stats))
+        return mniw.mniw_posterior(*self._frame_prior(), self._mniw_stats(stats))
 
     def posterior(self, stats: GaussianStats) -> "GaussianNIW":
         """NIW posterior (Murphy 2007 eqs. 250-254): ``kappa_n = kappa_0 + N``, ``nu_n = nu_0 + N``,
@@ -225,14 +225,14 @@ class GaussianNIW(EmissionFamily):
         Mn, Kn, dfn, Psin = self._frame_posterior(stats)
         L0 = self._frame()
         loc = self.loc + jnp.einsum("...ij,...j->...i", L0, Mn[..., 0])
-        scale = _mniw.symmetrize(L0 @ Psin @ jnp.swapaxes(L0, -1, -2))
+        scale = mniw.symmetrize(L0 @ Psin @ jnp.swapaxes(L0, -1, -2))
         return self._from_hyper(loc, Kn[..., 0, 0], dfn, scale, self.dim)
 
     def log_marginal_likelihood(self, stats: GaussianStats) -> jax.Array:
-        """Closed-form evidence (Murphy 2007 sec. 9; :func:`._mniw.mniw_log_marginal`) of the
+        """Closed-form evidence (Murphy 2007 sec. 9; :func:`numpyro_hdphmm._core.mniw.mniw_log_marginal`) of the
         whitened data plus the Jacobian ``-N/2 log|scale|``, shape ``(K,)``."""
-        frame = _mniw.mniw_log_marginal(*self._frame_prior(), self._mniw_stats(stats))
-        return frame - 0.5 * jnp.asarray(stats.count) * _mniw.logdet_from_cholesky(self._frame())
+        frame = mniw.mniw_log_marginal(*self._frame_prior(), self._mniw_stats(stats))
+        return frame - 0.5 * jnp.asarray(stats.count) * mniw.logdet_from_cholesky(self._frame())
 
     def log_predictive(self, x, stats: GaussianStats) -> jax.Array:
         """Student-t predictive of one ``x (D,)`` (Murphy 2007 sec. 9): dof ``nu_n - D + 1``,
@@ -242,53 +242,53 @@ class GaussianNIW(EmissionFamily):
         kn = Kn[..., 0, 0]
         dof = dfn - self.dim + 1
         c = (kn + 1.0) / (kn * dof)
-        shape_chol = _mniw.cholesky(Psin) * jnp.sqrt(c)[..., None, None]
-        lp = _mniw.mvt_log_density(self._whiten(x), Mn[..., 0], shape_chol, dof)
-        return lp - 0.5 * _mniw.logdet_from_cholesky(self._frame())
+        shape_chol = mniw.cholesky(Psin) * jnp.sqrt(c)[..., None, None]
+        lp = mniw.mvt_log_density(self._whiten(x), Mn[..., 0], shape_chol, dof)
+        return lp - 0.5 * mniw.logdet_from_cholesky(self._frame())
 
     def sample_posterior(self, rng_key, stats: GaussianStats):
         """``(mu_k, cov_k) ~ NIW(posterior_k)`` for every state: drawn in the frame
-        (:func:`._mniw.mniw_sample`) and mapped back, ``mu = loc + L_0 mu'``, ``cov = L_0 cov' L_0^T``."""
+        (:func:`numpyro_hdphmm._core.mniw.mniw_sample`) and mapped back, ``mu = loc + L_0 mu'``, ``cov = L_0 cov' L_0^T``."""
         Mn, Kn, dfn, Psin = self._frame_posterior(stats)
-        A, cov = _mniw.mniw_sample(rng_key, Mn, Kn, dfn, Psin, tuple(jnp.shape(dfn)))
+        A, cov = mniw.mniw_sample(rng_key, Mn, Kn, dfn, Psin, tuple(jnp.shape(dfn)))
         L0 = self._frame()
-        return {"mu": self.loc + jnp.einsum("ij,...j->...i", L0, A[..., 0]), "cov": _mniw.symmetrize(L0 @ cov @ L0.T)}
+        return {"mu": self.loc + jnp.einsum("ij,...j->...i", L0, A[..., 0]), "cov": mniw.symmetrize(L0 @ cov @ L0.T)}
 
     def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
         """``cov ~ IW(df, scale)`` (Bartlett), ``mu ~ N(loc, cov / mean_precision)``."""
         shape = tuple(sample_shape) + self.batch_shape
-        A, cov = _mniw.mniw_sample(rng_key, *self._as_mniw(), shape)
+        A, cov = mniw.mniw_sample(rng_key, *self._as_mniw(), shape)
         return {"mu": A[..., 0], "cov": cov}
 
     def log_prior(self, params) -> jax.Array:
         """``log IW(cov | df, scale) + log N(mu | loc, cov / mean_precision)``, shape ``(K,)``."""
-        return _mniw.mniw_log_density(params["mu"][..., None], params["cov"], *self._as_mniw())
+        return mniw.mniw_log_density(params["mu"][..., None], params["cov"], *self._as_mniw())
 
     # ------------------------------------------------------------------ likelihood
     def log_likelihoods(self, x, params) -> jax.Array:
         """``(T, K)`` Gaussian log densities: one small triangular inverse per state, then a matrix product."""
-        chol = _mniw.cholesky(params["cov"])  # (K, D, D)
+        chol = mniw.cholesky(params["cov"])  # (K, D, D)
         diff = x[None, :, :] - params["mu"][:, None, :]  # (K, T, D)
-        z = _mniw.whiten(chol, jnp.swapaxes(diff, -1, -2))  # (K, D, T)
+        z = mniw.whiten(chol, jnp.swapaxes(diff, -1, -2))  # (K, D, T)
         maha = jnp.sum(z * z, axis=-2)  # (K, T)
-        ll = -0.5 * maha - 0.5 * _mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * _mniw.LOG_2PI
+        ll = -0.5 * maha - 0.5 * mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * mniw.LOG_2PI
         return ll.T
 
     def sample_observations(self, rng_key, params, states) -> jax.Array:
         """``y_t ~ N(mu_{z_t}, cov_{z_t})``, shape ``(T, D)``."""
         states = jnp.asarray(states)
-        chol = _mniw.cholesky(params["cov"])
+        chol = mniw.cholesky(params["cov"])
         eps = jax.random.normal(rng_key, states.shape + (self.dim,), jnp.result_type(params["mu"]))
         return params["mu"][states] + jnp.einsum("tij,tj->ti", chol[states], eps)
 
     # ------------------------------------------------------------------ expected statistics
     def expected_log_likelihoods(self, x, stats: GaussianStats) -> jax.Array:
         """``E_q[log N(x_t | mu_k, cov_k)]`` under the NIW posterior (Bishop 2006 eq. 10.64-10.65;
-        :func:`._mniw.mniw_expected_log_likelihood` with the constant regressor): ``x (T, D)`` ->
+        :func:`numpyro_hdphmm._core.mniw.mniw_expected_log_likelihood` with the constant regressor): ``x (T, D)`` ->
         ``(T, K)``."""
         post = self.posterior(stats)
         ones = jnp.ones((x.shape[0], 1), x.dtype)
-        return _mniw.mniw_expected_log_likelihood(x, ones, *post._as_mniw())
+        return mniw.mniw_expected_log_likelihood(x, ones, *post._as_mniw())
 
     # ------------------------------------------------------------------ NumPyro sites
     def sample_sites(self, name: str, num_states: int):
@@ -298,7 +298,7 @@ class GaussianNIW(EmissionFamily):
         cov = emission_site(
             f"{name}_cov", dist.InverseWishart(self.df, scale_matrix=self.scale).expand(batch)
         )
-        tril = _mniw.cholesky(cov) / jnp.sqrt(self.mean_precision)[..., None, None]
+        tril = mniw.cholesky(cov) / jnp.sqrt(self.mean_precision)[..., None, None]
         mu = emission_site(f"{name}_mu", dist.MultivariateNormal(self.loc, scale_tril=tril).expand(batch))
         return {"mu": mu, "cov": cov}
 
@@ -336,7 +336,7 @@ class GaussianNIW(EmissionFamily):
             mean = rows.mean(0)
             cov = np.cov(rows, rowvar=False).reshape(D, D) if rows.shape[0] > 1 else np.eye(D)
             check_data_spread("data", np.diag(cov), default_float_dtype(), "scale" not in overrides)
-            scale = _mniw.regularize_scale(jnp.asarray(cov, jnp.result_type(float)))
+            scale = mniw.regularize_scale(jnp.asarray(cov, jnp.result_type(float)))
         kwargs = dict(loc=mean, mean_precision=0.01, df=D + 2.0, scale=scale)
         return cls(**merge_overrides(kwargs, overrides, "GaussianNIW.weakly_informative"))
 
@@ -348,5 +348,5 @@ def _weakly_informative_moments(data):
     rows = data.reshape(-1, D)
     valid = ~jnp.any(jnp.isnan(rows), axis=-1)
     rows = jnp.where(valid[:, None], rows, 0.0)
-    mean, cov, _ = _mniw.data_moments(rows, valid)
-    return mean, _mniw.regularize_scale(cov)
+    mean, cov, _ = mniw.data_moments(rows, valid)
+    return mean, mniw.regularize_scale(cov)

@@ -251,8 +251,10 @@ def test_gibbs_blocks_with_custom_emission(kernel_cls):
     m = weak_limit(student_model) if kernel_cls is WeakLimitGibbs else student_model
     hdp_sites = ["y_beta", "y_trans", "y_states", "gamma", "alpha", "kappa"]
     kernel = numpyro.infer.Gibbs([(kernel_cls(m), hdp_sites), (NUTS(m), None)])
-    # the step-wise direct-assignment moves merge the prior draw's many states slowly
-    num_warmup = 400 if kernel_cls is DirectAssignmentGibbs else 60
+    # the step-wise direct-assignment moves merge the prior draw's many states slowly; 60 warmup
+    # sweeps of the weak limit left a 13-draw excursion (one 25-step segment in the other state,
+    # Hamming 0.25) inside the kept draws on one machine (an exact but short single chain): 200
+    num_warmup = 400 if kernel_cls is DirectAssignmentGibbs else 200
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=60, progress_bar=False)
     mcmc.run(jax.random.key(0), y)
     s = mcmc.get_samples()

@@ -265,7 +265,7 @@ class Tempered(Algorithm):
         """One sweep of every rung at its inverse temperature, then the swaps of one parity and, in
         warmup at the end of a round, the new ladder: ``(TemperedState, Info)``."""
         R = self.num_replicas
-        k_sweep, k_swap, k_explicit = random.split(rng_key, 3)
+        k_sweep, k_swap = random.split(rng_key)
         ladder = state.inverse_temperatures
 
         def sweep(key, replica, power):

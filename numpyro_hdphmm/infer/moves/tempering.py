@@ -103,16 +103,14 @@ class PoweredLikelihood:
 
 class TemperedState(NamedTuple):
     """The state of :class:`Tempered`: ``replicas`` (the algorithm's state with a leading rung
-    axis ``R``; rung ``R-1`` is untempered), ``inverse_temperatures (R,)``, ``log_likelihood (R,)``
-    (``log p(y | x_r)`` of each rung after the last sweep), ``parity`` (which pairs propose a swap
-    next: ``(r, r+1)`` with ``r % 2 == parity``), ``warmup_left`` (sweeps of warmup left: the ladder
+    axis ``R``; rung ``R-1`` is untempered), ``inverse_temperatures (R,)``, ``parity`` (which
+    pairs propose a swap next: ``(r, r+1)`` with ``r % 2 == parity``), ``warmup_left`` (sweeps of warmup left: the ladder
     adapts while positive), ``round_left`` / ``round_length`` (the current adaptation round) and
     ``rejections`` / ``attempts`` ``(R-1,)`` (summed rejection probabilities and swap attempts of
     each pair in the current round)."""
 
     replicas: Any
     inverse_temperatures: jax.Array
-    log_likelihood: jax.Array
     parity: jax.Array
     warmup_left: jax.Array
     round_left: jax.Array
@@ -160,11 +158,32 @@ def tempered_info(base_info):
     """The diagnostics of a tempered algorithm: the base algorithm's fields (of the untempered
     rung's sweep) plus ``swap_accept (R-1,)`` (the acceptance probability of each pair that
     proposed a swap in the sweep; NaN for the pairs of the other parity), ``inverse_temperatures
-    (R,)`` and ``replica_log_likelihood (R,)`` (``log p(y | x_r)`` of every rung after the swaps)."""
-    fields = tuple(base_info._fields) + ("swap_accept", "inverse_temperatures", "replica_log_likelihood")
-    info = NamedTuple(f"Tempered{base_info.__name__}", [(f, jax.Array) for f in fields])
-    info.__doc__ = tempered_info.__doc__
+    (R,)`` and ``replica_log_likelihood (R,)`` (``log p(y | x_r)`` of every rung after the swaps).
+
+    One class per base class, named ``Tempered<base name>`` and found as an attribute of this
+    module (module ``__getattr__``), so that states holding it pickle."""
+    name = f"Tempered{base_info.__name__}"
+    info = _INFO_CLASSES.get(name)
+    if info is None:
+        fields = tuple(base_info._fields) + ("swap_accept", "inverse_temperatures", "replica_log_likelihood")
+        info = NamedTuple(name, [(f, jax.Array) for f in fields])
+        info.__module__, info.__qualname__, info.__doc__ = __name__, name, tempered_info.__doc__
+        _INFO_CLASSES[name] = info
     return info
+
+
+_INFO_CLASSES = {}
+
+
+def __getattr__(name):
+    """``Tempered<base>Info`` of an algorithm of the registry (unpickling a state in a new process)."""
+    if name.startswith("Tempered") and name.endswith("Info"):
+        from numpyro_hdphmm.infer.algorithms import KERNELS  # the registry imports every algorithm
+
+        for kernel in KERNELS:
+            if f"Tempered{kernel.algorithm.Info.__name__}" == name:
+                return tempered_info(kernel.algorithm.Info)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Tempered(Algorithm):
@@ -206,13 +225,6 @@ class Tempered(Algorithm):
         self.describe = {k: v + swaps if k.rpartition(":")[2] == "states" else v for k, v in base.describe.items()}
         self.Info = tempered_info(base.Info)
 
-    def __getstate__(self):  # the Info class is made here: rebuilt on unpickling
-        return {k: v for k, v in self.__dict__.items() if k != "Info"}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self.Info = tempered_info(self.base.Info)
-
     #: the log acceptance ratios of the swaps (:func:`swap_log_ratio`)
     swap_log_ratio = staticmethod(swap_log_ratio)
 
@@ -251,8 +263,7 @@ class Tempered(Algorithm):
         dtype = jnp.result_type(float)
         R = self.num_replicas
         replicas = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (R,) + jnp.shape(a)), base_state)
-        ll = jnp.full((R,), emission_log_likelihood(view.emission, view.data, start.states, start.params), dtype)
-        return TemperedState(replicas, jnp.asarray(self.ladder, dtype), ll, jnp.zeros((), jnp.int32),
+        return TemperedState(replicas, jnp.asarray(self.ladder, dtype), jnp.zeros((), jnp.int32),
                              jnp.zeros((), jnp.int32), jnp.full((), FIRST_ROUND, jnp.int32),
                              jnp.full((), FIRST_ROUND, jnp.int32), jnp.zeros((R - 1,), dtype),
                              jnp.zeros((R - 1,), dtype))
@@ -295,7 +306,7 @@ class Tempered(Algorithm):
         new_ladder = jnp.where(adapt, adapted_ladder(ladder, rejections / jnp.maximum(attempts, 1.0)), ladder)
         round_length = jnp.where(adapt, 2 * state.round_length, state.round_length)
         new_state = TemperedState(
-            replicas, new_ladder, ll, 1 - state.parity, state.warmup_left - 1,
+            replicas, new_ladder, 1 - state.parity, state.warmup_left - 1,
             jnp.where(round_left <= 0, round_length, round_left), round_length,
             jnp.where(round_left <= 0, 0.0, rejections), jnp.where(round_left <= 0, 0.0, attempts))
         cold = jax.tree_util.tree_map(lambda a: a[R - 1], infos)

@@ -61,8 +61,10 @@ truth.  Script: `python -m benchmarks.stress`.
     ("peers", "Side by side with other packages", """
 Peers run in their own environments (a worker script per peer in `benchmarks/workers/`, started under
 the peer's Python, JSON lines), alternating blocks of sweeps with ours so that both see the same
-load.  Script: `python -m benchmarks.peers --pyhsmm VENV/bin/python` (pyhsmm built by the recipe in
-the project's shared bench folder; `--dynamax PYTHON` for dynamax's FFBS).
+load.  Scripts: `python -m benchmarks.peers --pyhsmm VENV/bin/python` (pyhsmm built by the recipe in
+the project's shared bench folder; `--dynamax PYTHON` for dynamax's FFBS) and
+`python -m benchmarks.slds_vs_jax_moseq --moseq-python VENV/bin/python` (the HDP-SLDS sweep against
+jax-moseq's; its set-up in the script's docstring).
 """),
     ("reproductions", "Paper reproductions", """
 The papers' experiments rerun with the package's kernels: Fox et al. (experiments A and B, motion
@@ -82,8 +84,9 @@ PEERS = ("pyhsmm", "dynamax", "jax-moseq")
 PEER_NOTES = {
     "pyhsmm": "its Cython/Eigen weak-limit sampler (`WeakLimitStickyHDPHMM`); it has no other HDP-HMM kernel",
     "dynamax": "`hmm_posterior_sample` (FFBS); dynamax has no HDP-HMM sampler",
-    "jax-moseq": "not run yet: no environment recipe for it in this suite (its AR-HMM Gibbs sweep would go "
-                 "against `WeakLimitGibbs` with `AutoRegressive` emissions)",
+    "jax-moseq": "its SLDS Gibbs sweep (`jax_moseq.models.slds.resample_model`) against `WeakLimitGibbs` on "
+                 "`nh.HDPSLDS`, in its own environment; its AR-HMM sweep against `WeakLimitGibbs` with "
+                 "`AutoRegressive` emissions is not run yet",
 }
 
 
@@ -93,6 +96,8 @@ def _fmt_range(values):
 
 
 def _provenance_line(p):
+    if p.get("line"):  # recorded before its results file was kept in the repository: the page's own line
+        return f"*{p['line']}*"
     parts = [f"{'recorded' if p.get('carried') else 'measured'} {p.get('date', '?')}",
              p.get("machine", "machine not recorded")]
     if p.get("device"):
@@ -160,11 +165,16 @@ def summary(results) -> str:
             n = len({c["config"] for c in comps})
             cells.append(f"{cell}, {n} configurations")
             p = s["provenance"]
-            versions = ", ".join(f"{a} {b}" for a, b in (p.get("versions") or {}).items()) or "versions not recorded"
+            if p.get("line"):
+                where = f"{p.get('date')} (machine, load and versions in the section)"
+            else:
+                versions = (", ".join(f"{a} {b}" for a, b in (p.get("versions") or {}).items())
+                            or "versions not recorded")
+                where = f"{p.get('date')}, {p.get('machine')}, load {p.get('load')}, {versions}"
             configs = "; ".join(f"{c['config']}: {c['ours_ms']:g} vs {c['peer_ms']:g} ms"
                                 for c in comps if c["statistic"] == "minimum")
-            prov.append(f"- `{k}` against {peer}: section \"{s['title']}\", {p.get('date')}, {p.get('machine')}, "
-                        f"load {p.get('load')}, {versions}.  Minima, ours vs {peer}: {configs}.")
+            prov.append(f"- `{k}` against {peer}: section \"{s['title']}\", {where}.  Minima, ours vs {peer}: "
+                        f"{configs}.")
         lines.append(f"| `{k}` | " + " | ".join(cells) + " |")
     lines += ["", *prov, "", "Peers: " + "; ".join(f"{p}: {n}" for p, n in PEER_NOTES.items()) + "."]
     return "\n".join(lines)

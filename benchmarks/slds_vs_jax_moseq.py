@@ -57,7 +57,7 @@ Run (from the repository root, our environment)::
     python -m benchmarks.slds_vs_jax_moseq --moseq-python ... --sizes 2000 --sweeps 50 --blocks 3 --precisions f32
     python -m benchmarks.slds_vs_jax_moseq --moseq-python ... --quick     # checks that it runs, records nothing
 
-Prints a markdown table and saves it with the raw numbers to ``benchmarks/results/slds_vs_jax_moseq.json``.
+Prints a markdown table and saves it with the raw numbers as a section of ``benchmarks/results/peers.json``.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ from .harness.models import REPO
 from .harness.peers import Worker
 from .harness.results import command_line, save, table
 
-QUESTION = "slds_vs_jax_moseq"
-TITLE = "HDP-SLDS against jax-moseq"
+QUESTION = "peers"
+TITLE = "HDP-SLDS sweep side by side with jax-moseq"
 
 
 def make_data(T: int, seed: int = 0, D: int = 4, P: int = 10, modes: int = 5, noise_var: float = 0.01):
@@ -234,6 +234,23 @@ def render(results) -> str:
     return md, cols, rows
 
 
+def comparisons(results, states) -> list:
+    """The summary table's rows: each of our precisions against jax-moseq, minimum and median ms per sweep."""
+    out = []
+    for res in results:
+        theirs = res["sides"]["jax-moseq"]
+        for name, side in res["sides"].items():
+            if name == "jax-moseq":
+                continue
+            precision = "float64" if name == "ours-f64" else "float32"
+            for statistic, key in (("minimum", "min_s"), ("median", "median_s")):
+                out.append({"kernel": "WeakLimitGibbs (HDP-SLDS)", "peer": "jax-moseq",
+                            "config": f"T = {res['T']}, K = {states}, ours {precision}",
+                            "ours_ms": round(1e3 * side[key], 1), "peer_ms": round(1e3 * theirs[key], 1),
+                            "ratio": round(theirs[key] / side[key], 2), "statistic": statistic})
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--moseq-python", required=True, help="the Python of the venv where jax-moseq is installed")
@@ -272,7 +289,8 @@ def main(argv=None):
         text = (f"jax-moseq {env_moseq.get('jax-moseq')} (jax {env_moseq.get('jax')}, dynamax {env_moseq.get('dynamax')}); "
                 f"ours numpyro-hdphmm {env_ours.get('numpyro-hdphmm')} (jax {env_ours.get('jax')}, numpyro "
                 f"{env_ours.get('numpyro')}).  Loads (uptime before each block) are in the JSON.")
-        p = save(QUESTION, TITLE, [{"text": text}, table(cols, rows)], command_line(QUESTION, argv or sys.argv[1:]),
+        p = save(QUESTION, TITLE, [{"text": text}, table(cols, rows)],
+                 command_line("slds_vs_jax_moseq", argv or sys.argv[1:]), comparisons=comparisons(results, args.states),
                  data={"results": results, "markdown": md})
         log(f"saved {p}")
 

@@ -7,7 +7,9 @@ A file holds ``{"question": name, "sections": [section, ...]}``; a section is
 - ``provenance``: ``date`` (UTC), ``machine``, ``load`` (load average at the start), ``versions``,
   ``commit`` and ``command`` (what produced it); ``carried`` when the numbers were measured before
   this suite existed and carried over from the text of the old page (its provenance is then what
-  that text recorded, and the date of the commit that last wrote it);
+  that text recorded, and the date of the commit that last wrote it); ``line`` (with ``carried``)
+  when the section was recorded before its results file was kept in the repository: the page's own
+  provenance line, printed verbatim (``date`` beside it for the summary table);
 - ``blocks``: what the renderer prints, in order: ``{"text": markdown}`` or ``{"table": {"columns":
   [...], "align": [...], "rows": [[...], ...]}}``;
 - ``comparisons`` (optional): rows ``{"kernel", "peer", "config", "ours_ms", "peer_ms", "ratio",

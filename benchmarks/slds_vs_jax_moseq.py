@@ -63,6 +63,7 @@ Prints a markdown table and saves it with the raw numbers as a section of ``benc
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -73,10 +74,44 @@ import numpy as np
 
 from .harness.models import REPO
 from .harness.peers import Worker
-from .harness.results import command_line, save, table
+from .harness.results import blocks_from_markdown, command_line, save, table
+from .harness.results import text as text_block
 
 QUESTION = "peers"
 TITLE = "HDP-SLDS sweep side by side with jax-moseq"
+
+INTRO = (
+    "jax-moseq's SLDS sweep (`jax_moseq.models.slds.resample_model`) against ours (`WeakLimitGibbs` on "
+    "`nh.HDPSLDS`) where the models coincide.  Synthetic SLDS (5 modes of damped rotations with distinct fixed "
+    "points, D = 4, P = 10, R = {noise_var:g} I, sticky switches), K = {states} (weak limit), gamma = {gamma:g}, "
+    "alpha = {alpha:g}, kappa = {kappa:g} fixed on both sides, order-1 dynamics with the same MNIW prior "
+    "(`M_0 = [I 0]`, column covariance {K_0_scale:g} I, `IW(D + 2, {S_0_scale:g} I)`), `[C d]` fixed to jax-moseq's "
+    "whitened-PCA start on both sides (jax-moseq never resamples it), R fixed at the true {noise_var:g} (jax-moseq: "
+    "`skip_noise=True`, noise scales `s = 1`; ours: `noise=\"diagonal\"` pinned by a prior of 10^6 degrees of "
+    "freedom, still updated every sweep).  Each side in its own process; start-up timed apart; one untimed block "
+    "of {sweeps} sweeps, then {blocks} alternating blocks of N = {sweeps} sweeps ({order}).  Ours: one compiled "
+    "`lax.fori_loop` of `kernel.sample` per block (no NumPyro per-sample collection); jax-moseq: a Python loop of "
+    "`resample_model` (as the package runs; a host round trip per sweep for its CRF table counts).  \"log joint\": "
+    "computed by the driver with the same numpy code from each side's state after {total} sweeps, "
+    "`sum_t log N(y_t | C x_t + d, R) + sum_{{t>=1}} log N(x_t | A_z x_{{t-1}} + b_z, Q_z) + "
+    "sum_{{t>=2}} log pi[z_{{t-1}}, z_t]` (obs / dyn / modes); jax-moseq's own `model_likelihood` (Y + x + z) is "
+    "the \"own figure\".  One chain per side: one draw, not a posterior average.{compare}")
+COLUMNS_NOTE = (
+    "\"compile s\": ours, the ahead-of-time compilation of the {sweeps}-sweep loop; jax-moseq, the time of its first "
+    "{sweeps} sweeps beyond {sweeps} steady sweeps (its jitted functions compile on the first calls).  \"init s\": "
+    "ours `kernel.init` (discovery, data-driven start), jax-moseq `init_model` (PCA, prior draws, FFBS).  "
+    "\"ours / theirs\": the median per-sweep time over jax-moseq's, with the per-block range; a 2x speed-up is "
+    "0.5.  Load average before each block: {loads}.")
+DIFFERENCES = (
+    "Model differences that remain: jax-moseq's first latent state has the prior N(0, 10 I) and is observed, with no "
+    "mode at the first step and a uniform initial mode distribution; ours starts from the presample value "
+    "x_{-1} = 0 with a mode at every step and a learned start row (the driver's log joint leaves the first step "
+    "out).  Ours updates R every sweep (pinned by its prior), jax-moseq keeps it fixed.  jax-moseq reuses one "
+    "random key for every block of a sweep.  jax-moseq learns neither C nor d (ours can: `C=None`), has no "
+    "missing-value imputation within a step (frames are masked whole), and its Gaussian-noise case needs "
+    "`skip_noise=True` with the noise scales reset to 1 (its noise update is the robust, per-frame-scaled one).  "
+    "jax-moseq in float32 is not usable here: its latent path is NaN after the first sweep at R = 0.01 (it runs "
+    "in float64, as keypoint-moseq configures JAX).")
 
 
 def make_data(T: int, seed: int = 0, D: int = 4, P: int = 10, modes: int = 5, noise_var: float = 0.01):
@@ -159,6 +194,12 @@ def run_size(T, args, data_dir, log):
             workers[name] = Worker("hdphmm_slds", python=sys.executable, path=REPO,
                                    env={"JAX_ENABLE_X64": "1" if prec == "f64" else "0"})
             setups[name] = checked(workers[name], cmd="setup", Cd=Cd.tolist(), noise="pinned", **hyper)
+        for prec in args.precisions if args.compare else ():
+            name = f"before-{prec}"
+            log(f"T={T}: {name} set-up, the package of {args.compare} ({uptime()})")
+            workers[name] = Worker("hdphmm_slds", python=sys.executable, path=args.compare,
+                                   env={"JAX_ENABLE_X64": "1" if prec == "f64" else "0"})
+            setups[name] = checked(workers[name], cmd="setup", Cd=Cd.tolist(), noise="pinned", **hyper)
         times = {name: [] for name in workers}
         loads = []
         order = [n for n in workers if n != "jax-moseq"]
@@ -208,7 +249,7 @@ def render(results) -> str:
     rows = []
     for res in results:
         for name, s in res["sides"].items():
-            prec = "float64" if name in ("jax-moseq", "ours-f64") else "float32"
+            prec = "float64" if name == "jax-moseq" or name.endswith("f64") else "float32"
             ratio = "1" if name == "jax-moseq" else "%.2f (%.2f-%.2f)" % (s["ratio"], min(s["block_ratios"]),
                                                                          max(s["block_ratios"]))
             own = s["own"]
@@ -234,13 +275,28 @@ def render(results) -> str:
     return md, cols, rows
 
 
+def load_range(loads) -> str:
+    """``"lo-hi"`` of the 1-minute load averages recorded before the blocks."""
+    values = [float(ld["uptime"].split("load average:")[-1].split(",")[0]) for ld in loads]
+    return f"{min(values):.1f}-{max(values):.1f}" if values else "not recorded"
+
+
+def ratio_line(results) -> str:
+    """One sentence per size: each of our contenders' median time per sweep over jax-moseq's."""
+    parts = []
+    for res in results:
+        ratios = ", ".join(f"{name} {side['ratio']:.2f}" for name, side in res["sides"].items() if name != "jax-moseq")
+        parts.append(f"T = {res['T']}: {ratios}")
+    return "Ours / jax-moseq, median time per sweep (below 1: ours faster; 0.5: twice as fast): " + "; ".join(parts) + "."
+
+
 def comparisons(results, states) -> list:
     """The summary table's rows: each of our precisions against jax-moseq, minimum and median ms per sweep."""
     out = []
     for res in results:
         theirs = res["sides"]["jax-moseq"]
         for name, side in res["sides"].items():
-            if name == "jax-moseq":
+            if not name.startswith("ours"):
                 continue
             precision = "float64" if name == "ours-f64" else "float32"
             for statistic, key in (("minimum", "min_s"), ("median", "median_s")):
@@ -268,6 +324,9 @@ def main(argv=None):
     parser.add_argument("--noise-var", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument("--compare", metavar="PATH", default=None,
+                        help="also time the package of another checkout (contenders before-f32 / before-f64, "
+                             "workers from this tree; e.g. a `git worktree` of the previous commit)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes; records nothing")
     args = parser.parse_args(argv)
     if args.quick:
@@ -281,6 +340,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         for T in args.sizes:
             results.append(run_size(T, args, tmp, log))
+    with open(os.path.join(tempfile.gettempdir(), "slds_vs_jax_moseq_last.json"), "w") as fh:
+        json.dump(results, fh)  # the raw numbers survive a failure below
     md, cols, rows = render(results)
     print(md)
     if not args.quick:
@@ -288,8 +349,21 @@ def main(argv=None):
         env_ours = next(s for n, s in results[0]["sides"].items() if n != "jax-moseq")["setup"]["versions"]
         text = (f"jax-moseq {env_moseq.get('jax-moseq')} (jax {env_moseq.get('jax')}, dynamax {env_moseq.get('dynamax')}); "
                 f"ours numpyro-hdphmm {env_ours.get('numpyro-hdphmm')} (jax {env_ours.get('jax')}, numpyro "
-                f"{env_ours.get('numpyro')}).  Loads (uptime before each block) are in the JSON.")
-        p = save(QUESTION, TITLE, [{"text": text}, table(cols, rows)],
+                f"{env_ours.get('numpyro')}).")
+        order = list(results[0]["sides"])
+        compare = (f"  `before-*`: the package of `{args.compare}` (another checkout) with the same worker, "
+                   "in the same alternation." if args.compare else "")
+        intro = INTRO.format(noise_var=args.noise_var, states=args.states, gamma=args.gamma, alpha=args.alpha,
+                             kappa=args.kappa, K_0_scale=args.K_0_scale, S_0_scale=args.S_0_scale, sweeps=args.sweeps,
+                             blocks=args.blocks, order=", ".join(order), total=(1 + args.blocks) * args.sweeps,
+                             compare=compare)
+        loads = "; ".join(f"T = {r['T']}: {load_range(r['loads'])}" for r in results)
+        blocks = [text_block(intro), text_block(text), table(cols, rows),
+                  text_block(COLUMNS_NOTE.format(sweeps=args.sweeps, loads=loads)), text_block(ratio_line(results))]
+        if any(r.get("profile") for r in results):
+            blocks += blocks_from_markdown(md.split("\n\n", 1)[1])
+        blocks.append(text_block(DIFFERENCES))
+        p = save(QUESTION, TITLE, blocks,
                  command_line("slds_vs_jax_moseq", argv or sys.argv[1:]), comparisons=comparisons(results, args.states),
                  data={"results": results, "markdown": md})
         log(f"saved {p}")

@@ -11,8 +11,10 @@ state ``x_init`` (D,):
 
 for the steps ``t = 0..T-1`` of the arrays (``x_{-1} = x_init``).  The dynamics
 ``A`` (T, D, D), ``b`` (T, D), ``Q`` (T, D, D) vary with time (entry ``t`` is the transition INTO
-step ``t``); the observation model ``C`` (P, D), ``d`` (P,), ``R`` (P, P) (full, positive
-definite) is shared by all steps.
+step ``t``); the observation model ``C`` (P, D), ``d`` (P,), ``R`` is shared by all steps.  ``R``
+is either a full positive definite covariance (P, P) or the variances (P,) of a diagonal one; the
+diagonal form takes the information-form update below, whose work per step is D x D instead of
+P x P.
 
 Conventions shared by all functions
 -----------------------------------
@@ -38,12 +40,23 @@ All functions are pure JAX, jittable and vmappable (vmap them over sequences), a
 Numerics
 --------
 Every covariance is kept in a form that is positive semi-definite by construction and then
-symmetrized: the filter update uses the Joseph form ``(I - K C) P (I - K C)^T + K R K^T``
-(Bucy & Joseph (1968)), the smoother and the backward sampler the analogous form
+symmetrized: the filter update with a full ``R`` uses the Joseph form
+``(I - K C) P (I - K C)^T + K R K^T`` (Bucy & Joseph (1968)); with a diagonal ``R`` it uses the
+information form ``P = L G^{-1} L^T`` with ``P^- = L L^T`` and ``G = I + L^T C_t^T R^{-1} C_t L``
+(``G``'s eigenvalues are at least 1, so its Cholesky factor is well conditioned; Bierman (1977)
+"Factorization Methods for Discrete Sequential Estimation", Ch. 5, for this square-root use of the
+information update); the smoother and the backward sampler use the analogous form
 ``(I - J A) P (I - J A)^T + J Q J^T (+ J P^s J^T)`` instead of the cancelling difference
 ``P - J P^pred J^T``.  Linear systems with the innovation and predicted covariances go through
 their Cholesky factors.  The log-likelihood is the sum (XLA tree reduction) of per-step terms.
 This keeps float32 stable on stiff problems (near unit-root dynamics, small noise, long series).
+
+Cost
+----
+The filter is one sequential ``lax.scan`` (its covariance recursion is sequential).  The smoother
+and the backward sampler compute every step's gain ``J_t`` and conditional covariance at once,
+batched over the steps (they depend on the filter's output only), so that their sequential scans
+carry only the D-dimensional mean recursion.
 """
 
 from __future__ import annotations
@@ -121,11 +134,67 @@ def _backward_conditional(m, P, A_next, Q_next, mpred_next, Ppred_next):
     return J, cov
 
 
+def _backward_conditionals(filtered: KalmanFiltered, A, Q):
+    """:func:`_backward_conditional` of every step ``t < T - 1`` at once (batched over the steps):
+    ``J`` (T - 1, D, D) and the conditional covariances (T - 1, D, D)."""
+    return jax.vmap(_backward_conditional)(filtered.means[:-1], filtered.covs[:-1], A[1:], Q[1:],
+                                           filtered.predicted_means[1:], filtered.predicted_covs[1:])
+
+
 # =============================================================================== filter
 
 
+def _update_full(mp, Pp, y_t, o, C, d, R, eye_d):
+    """Joseph-form update with a full ``R`` (P, P) and the observed dims ``o`` (P,) bool (module
+    docstring).  Returns the filtered mean (D,), covariance (D, D) and the step's log-likelihood."""
+    dtype = mp.dtype
+    of = o.astype(dtype)
+    Ct = of[:, None] * C
+    Rt = of[:, None] * R * of[None, :] + jnp.diag(1.0 - of)
+    v = jnp.where(o, jnp.where(o, y_t, 0.0) - d - C @ mp, 0.0)
+    S = _sym(Ct @ Pp @ Ct.T + Rt)
+    L = jnp.linalg.cholesky(S)
+    K = cho_solve((L, True), Ct @ Pp).T  # (D, P) = Pp C_t^T S^{-1}
+    mf = mp + K @ v
+    IKC = eye_d - K @ Ct
+    Pf = _sym(IKC @ Pp @ IKC.T + K @ Rt @ K.T)
+    z = solve_triangular(L, v, lower=True)
+    ll = -0.5 * (z @ z + jnp.sum(of) * _LOG_2PI) - jnp.sum(jnp.log(jnp.diagonal(L)))
+    return mf, Pf, ll
+
+
+def _update_diagonal(mp, Pp, y_t, o, C, d, r, eye_d):
+    r"""Information-form update with a diagonal ``R = diag(r)``, ``r`` (P,), and the observed dims
+    ``o`` (P,) bool: D x D work per step.
+
+    With the whitened rows ``C~ = diag(o / sqrt(r)) C`` and innovation
+    ``v~ = o (y_t - d - C m^-) / sqrt(r)``, ``J = C~^T C~`` and ``g = C~^T v~``:
+    ``P = (P^{-1}_- + J)^{-1} = L G^{-1} L^T`` with ``P^- = L L^T``, ``G = I + L^T J L = U U^T``
+    (so ``P = B^T B``, ``B = U^{-1} L^T``), ``m = m^- + P g``; the log-likelihood
+    ``-0.5 (v^T S^{-1} v + log det S + n log 2 pi)`` with ``S = C_t P^- C_t^T + R_t`` follows from
+    Woodbury's identity, ``v^T S^{-1} v = |v~|^2 - |B g|^2``, and the determinant lemma,
+    ``log det S = sum_o log r + 2 sum log diag U``.  Missing dims drop out exactly (the marginal of
+    a diagonal Gaussian).  Returns the filtered mean (D,), covariance (D, D) and log-likelihood.
+    """
+    w = jnp.where(o, lax.rsqrt(r), 0.0)
+    Ct = w[:, None] * C
+    v = w * jnp.where(o, y_t - d - C @ mp, 0.0)
+    J = Ct.T @ Ct
+    g = Ct.T @ v
+    L = jnp.linalg.cholesky(Pp)
+    U = jnp.linalg.cholesky(_sym(eye_d + L.T @ J @ L))
+    B = solve_triangular(U, L.T, lower=True)
+    Pf = _sym(B.T @ B)
+    mf = mp + Pf @ g
+    Bg = B @ g
+    ll = (-0.5 * (v @ v - Bg @ Bg + jnp.sum(jnp.where(o, _LOG_2PI + jnp.log(r), 0.0)))
+          - jnp.sum(jnp.log(jnp.diagonal(U))))
+    return mf, Pf, ll
+
+
 def kalman_filter(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) -> KalmanFiltered:
-    r"""Kalman filter with exact handling of missing entries (Kalman (1960); Joseph-form update).
+    r"""Kalman filter with exact handling of missing entries (Kalman (1960); Joseph-form update
+    for a full ``R``, information-form update for a diagonal one).
 
     Args:
         x_init: (D,) deterministic presample state ``x_{-1}``.
@@ -134,7 +203,8 @@ def kalman_filter(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) -> Ka
         Q: (T, D, D) state noise covariances (positive definite).
         C: (P, D) observation matrix.
         d: (P,) observation offset.
-        R: (P, P) observation noise covariance (full, positive definite).
+        R: (P, P) observation noise covariance (full, positive definite), or (P,) the positive
+            variances of a diagonal one.
         y: (T, P) observations; entries with ``obs_mask = False`` are ignored (NaN allowed).
         obs_mask: (T, P) bool, True = observed.  Default: ``isfinite(y)``.
         length: int scalar (may be traced); steps ``t >= length`` get no update.  Default ``T``.
@@ -143,12 +213,13 @@ def kalman_filter(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) -> Ka
         :class:`KalmanFiltered` with ``means`` (T, D), ``covs`` (T, D, D), ``predicted_means``
         (T, D), ``predicted_covs`` (T, D, D), ``log_likelihood`` ().
 
-    Each step predicts ``m^- = A_t m + b_t``, ``P^- = A_t P A_t^T + Q_t`` and, with the masked
-    ``C_t, R_t`` (module docstring), forms the innovation ``v = y_t - d - C_t m^-``, its
-    covariance ``S = C_t P^- C_t^T + R_t = L L^T`` (Cholesky), the gain ``K = P^- C_t^T S^{-1}``
-    (Cholesky solve), ``m = m^- + K v`` and the Joseph-form covariance
-    ``P = (I - K C_t) P^- (I - K C_t)^T + K R_t K^T``.  The log-likelihood is the prediction
-    error decomposition ``sum_t -0.5 (|L^{-1} v|^2 + n_t log 2 pi) - sum log diag L`` over
+    Each step predicts ``m^- = A_t m + b_t``, ``P^- = A_t P A_t^T + Q_t``.  With a full ``R`` and
+    the masked ``C_t, R_t`` (module docstring) it forms the innovation ``v = y_t - d - C_t m^-``,
+    its covariance ``S = C_t P^- C_t^T + R_t = L L^T`` (Cholesky), the gain
+    ``K = P^- C_t^T S^{-1}`` (Cholesky solve), ``m = m^- + K v`` and the Joseph-form covariance
+    ``P = (I - K C_t) P^- (I - K C_t)^T + K R_t K^T``; with a diagonal ``R`` the same moments
+    come from the information form (:func:`_update_diagonal`).  The log-likelihood is the
+    prediction error decomposition ``sum_t -0.5 (v^T S^{-1} v + log det S + n_t log 2 pi)`` over
     the ``n_t`` observed dims of the valid steps.
     """
     dtype = _float_dtype(x_init, A, b, Q, C, d, R, y)
@@ -164,28 +235,14 @@ def kalman_filter(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) -> Ka
     length = T if length is None else length
     length = jnp.asarray(length, jnp.int32)
     eye_d = jnp.eye(D, dtype=dtype)
+    update = _update_diagonal if R.ndim == 1 else _update_full
 
     def step(carry, inp):
         m, P = carry
         A_t, b_t, Q_t, y_t, o_t, t = inp
-        # predict
         mp = A_t @ m + b_t
         Pp = _sym(A_t @ P @ A_t.T + Q_t)
-        # masked observation model (missing dims -> independent N(0, 1) observed at 0)
-        o = o_t & (t < length)
-        of = o.astype(dtype)
-        Ct = of[:, None] * C
-        Rt = of[:, None] * R * of[None, :] + jnp.diag(1.0 - of)
-        v = jnp.where(o, jnp.where(o, y_t, 0.0) - d - C @ mp, 0.0)
-        S = _sym(Ct @ Pp @ Ct.T + Rt)
-        L = jnp.linalg.cholesky(S)
-        K = cho_solve((L, True), Ct @ Pp).T  # (D, P) = Pp C_t^T S^{-1}
-        mf = mp + K @ v
-        IKC = eye_d - K @ Ct
-        Pf = _sym(IKC @ Pp @ IKC.T + K @ Rt @ K.T)
-        z = solve_triangular(L, v, lower=True)
-        n_obs = jnp.sum(of)
-        ll = -0.5 * (z @ z + n_obs * _LOG_2PI) - jnp.sum(jnp.log(jnp.diagonal(L)))
+        mf, Pf, ll = update(mp, Pp, y_t, o_t & (t < length), C, d, R, eye_d)
         return (mf, Pf), (mf, Pf, mp, Pp, ll)
 
     init = (x_init, jnp.zeros((D, D), dtype))
@@ -220,17 +277,16 @@ def kalman_smoother(filtered: KalmanFiltered, A, b, Q):
     dtype = means.dtype
     A = jnp.asarray(A, dtype)
     Q = jnp.asarray(Q, dtype)
+    J, cond_cov = _backward_conditionals(filtered, A, Q)
 
     def step(carry, inp):
         ms_next, Ps_next = carry
-        m, P, A_n, Q_n, mp_n, Pp_n = inp
-        J, cond_cov = _backward_conditional(m, P, A_n, Q_n, mp_n, Pp_n)
-        ms = m + J @ (ms_next - mp_n)
-        Ps = _sym(cond_cov + J @ Ps_next @ J.T)
+        m, J_t, cov_t, mp_n = inp
+        ms = m + J_t @ (ms_next - mp_n)
+        Ps = _sym(cov_t + J_t @ Ps_next @ J_t.T)
         return (ms, Ps), (ms, Ps)
 
-    xs = (means[:-1], covs[:-1], A[1:], Q[1:], filtered.predicted_means[1:],
-          filtered.predicted_covs[1:])
+    xs = (means[:-1], J, cond_cov, filtered.predicted_means[1:])
     _, (ms, Ps) = lax.scan(step, (means[-1], covs[-1]), xs, reverse=True)
     return (jnp.concatenate([ms, means[-1:]], axis=0),
             jnp.concatenate([Ps, covs[-1:]], axis=0))
@@ -265,18 +321,18 @@ def backward_sample(rng_key, filtered: KalmanFiltered, A, b, Q):
     A = jnp.asarray(A, dtype)
     Q = jnp.asarray(Q, dtype)
     eps = jax.random.normal(rng_key, means.shape, dtype)
-
+    J, cond_cov = _backward_conditionals(filtered, A, Q)
+    # x_t = J_t x_{t+1} + c_t with c_t = m_t - J_t m^pred_{t+1} + chol(cond_cov_t) eps_t
+    c = (means[:-1] - jnp.einsum("tij,tj->ti", J, filtered.predicted_means[1:])
+         + jnp.einsum("tij,tj->ti", jnp.linalg.cholesky(cond_cov), eps[:-1]))
     x_last = means[-1] + jnp.linalg.cholesky(covs[-1]) @ eps[-1]
 
     def step(x_next, inp):
-        m, P, A_n, Q_n, mp_n, Pp_n, e = inp
-        J, cond_cov = _backward_conditional(m, P, A_n, Q_n, mp_n, Pp_n)
-        x = m + J @ (x_next - mp_n) + jnp.linalg.cholesky(cond_cov) @ e
+        J_t, c_t = inp
+        x = J_t @ x_next + c_t
         return x, x
 
-    xs = (means[:-1], covs[:-1], A[1:], Q[1:], filtered.predicted_means[1:],
-          filtered.predicted_covs[1:], eps[:-1])
-    _, x = lax.scan(step, x_last, xs, reverse=True)
+    _, x = lax.scan(step, x_last, (J, c), reverse=True)
     return jnp.concatenate([x, x_last[None]], axis=0)
 
 

@@ -189,6 +189,11 @@ class LinearGaussianObservation:
         R = params["R"]
         return jnp.diag(R) if self.noise == "diagonal" else R
 
+    def kalman_noise(self, params) -> jax.Array:
+        """``R`` as :func:`~numpyro_hdphmm._core.kalman.kalman_filter` takes it: the variances ``r (P,)``
+        for diagonal noise (its information-form update, D x D work per step), ``R (P, P)`` otherwise."""
+        return params["R"]
+
     def _diag_scale(self):
         return jnp.diagonal(self.scale)
 

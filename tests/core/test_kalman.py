@@ -78,8 +78,13 @@ def _condition(m, observed):
     return mean, cov, ll
 
 
-def _case(name):
+def _case(name, diagonal=False):
+    """A model, mask and length; ``diagonal``: ``R`` replaced by its diagonal (the dense joint then
+    uses ``diag(r)``; :func:`_args` passes the variances ``r`` (P,), the filter's diagonal form)."""
     m = _random_lds(0)
+    if diagonal:
+        m["R"] = np.diag(np.diag(m["R"]))
+        m["diagonal"] = True
     mask = np.ones((T, P), bool)
     if name == "full":
         length = T
@@ -105,16 +110,20 @@ def _observed(mask, length, upto=None):
 
 
 def _args(m, mask, length):
-    return (m["x_init"], m["A"], m["b"], m["Q"], m["C"], m["d"], m["R"], m["y"], mask, length)
+    R = np.diag(m["R"]) if m.get("diagonal") else m["R"]
+    return (m["x_init"], m["A"], m["b"], m["Q"], m["C"], m["d"], R, m["y"], mask, length)
+
+
+CASES = [(name, diagonal) for diagonal in (False, True) for name in ("full", "missing", "short")]
 
 
 _filter = jax.jit(kalman_filter)
 _smoother = jax.jit(kalman_smoother)
 
 
-@pytest.mark.parametrize("name", ["full", "missing", "short"])
-def test_filter_smoother_match_dense(name):
-    m, mask, length = _case(name)
+@pytest.mark.parametrize("name,diagonal", CASES)
+def test_filter_smoother_match_dense(name, diagonal):
+    m, mask, length = _case(name, diagonal)
     f = _filter(*_args(m, mask, length))
     assert isinstance(f, KalmanFiltered)
     assert f.means.shape == (T, D) and f.covs.shape == (T, D, D)
@@ -159,9 +168,9 @@ def _moment_check(draws, mean, cov, z_max=5.5):
     return bool(zm.max() < z_max and zc.max() < z_max), zm.max(), zc.max()
 
 
-@pytest.mark.parametrize("name", ["missing", "short"])
-def test_backward_sample_matches_dense_posterior(name):
-    m, mask, length = _case(name)
+@pytest.mark.parametrize("name,diagonal", [("missing", False), ("short", False), ("missing", True)])
+def test_backward_sample_matches_dense_posterior(name, diagonal):
+    m, mask, length = _case(name, diagonal)
     mean, cov, _ = _condition(m, _observed(mask, length))
     f = _filter(*_args(m, mask, length))
     n = 20000
@@ -210,7 +219,19 @@ def test_vmap_over_sequences():
     assert sm.shape == (3, T, D) and sc.shape == (3, T, D, D)
 
 
-def test_float32_stiff_long_series():
+def test_diagonal_form_equals_full_form():
+    """The information-form update (``R`` as variances) and the Joseph form (``R`` as the diagonal
+    matrix) give the same filter, to float64 rounding, on every case."""
+    for name in ("full", "missing", "short"):
+        m, mask, length = _case(name, diagonal=True)
+        info = _filter(*_args(m, mask, length))
+        joseph = _filter(*_args({**m, "diagonal": False}, mask, length))
+        for a, b in zip(info, joseph):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_float32_stiff_long_series(diagonal):
     rng = np.random.default_rng(3)
     Tl, Dl, Pl = 2000, 2, 2
     A = np.broadcast_to(0.999 * np.eye(Dl), (Tl, Dl, Dl))
@@ -218,7 +239,7 @@ def test_float32_stiff_long_series():
     Q = np.broadcast_to(1e-4 * np.eye(Dl), (Tl, Dl, Dl))
     C = np.array([[1.0, 0.3], [-0.2, 0.8]])
     d = np.array([0.1, -0.2])
-    R = 1e-2 * np.eye(Pl)
+    R = 1e-2 * (np.ones(Pl) if diagonal else np.eye(Pl))
     x = np.zeros((Tl, Dl))
     prev = np.array([0.5, -0.5])
     for t in range(Tl):

@@ -54,7 +54,7 @@ def sample_latent(rng_key, states, params, obs_params, dynamics, observed, lengt
     (:class:`~numpyro_hdphmm.infer.plumbing.discovery.ObservedData`), ``lengths (N,)``."""
     family = observed.family
     C, d = family.loading(obs_params)
-    R = family.noise_cov(obs_params)
+    R = family.kalman_noise(obs_params)
     dtype = R.dtype
     x_init = jnp.asarray(dynamics.center, dtype).reshape(-1, dynamics.dim)[0]
     y = observed.y

@@ -7,6 +7,7 @@ adaptation, the collected fields and the refusals.
 """
 
 import pickle
+import warnings
 
 import jax
 import numpy as np
@@ -17,6 +18,7 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm.infer.moves import tempering
+from numpyro_hdphmm.infer.plumbing import reporting
 from numpyro_hdphmm.results import evidence
 
 from _checks import exact_weak_limit_log_evidence
@@ -87,6 +89,49 @@ def test_collected_fields_and_ladder(evidence_run):
     assert np.all(ll <= 0)  # categorical log-likelihoods
     samples = evidence_run.get_samples()
     assert samples["y_states"].shape == (8 * 1500, 5)
+    # the run's counters (reporting.Events) saw the same swaps: attempts and summed acceptance per pair
+    events = evidence_run.last_state.events
+    attempts = np.asarray(events.swap_attempts).sum(0)
+    milli = np.asarray(events.swap_milli).sum(0)
+    np.testing.assert_array_equal(attempts, np.sum(~np.isnan(swaps), axis=(0, 1)))
+    np.testing.assert_allclose(milli / 1000, np.nansum(swaps, axis=(0, 1)), atol=0.0005 * attempts.max() + 1e-9)
+    assert not reporting.swaps_stalled(attempts, milli).any()  # so the run did not warn
+
+
+def test_stalled_swaps_rule():
+    """The warning's rule: a pair below a mean acceptance of 1% over at least 20 attempts after
+    warmup (all chains) warns, once per run; a pair at 1% or with fewer attempts does not."""
+    token = reporting.new_token()
+    rep = reporting.Report("WeakLimitGibbs", 3, ("y_probs", "lp"), False, token, 3)
+
+    def check(attempts, milli, new_run=True):
+        if new_run:
+            reporting.start_run(token)
+        events = reporting.Events.zeros(rep).add(False, False, False, False, False, [0, 0], np.asarray(attempts),
+                                                 np.asarray(milli))
+        leaves, tree = jax.tree_util.tree_flatten(events)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            jax.tree_util.tree_unflatten(tree, [np.asarray(v) for v in leaves])
+        return [str(w.message) for w in caught if "exchanged" in str(w.message)]
+
+    assert check([100, 100, 100], [50000, 1000, 60000]) == []  # pair 1-2 at exactly 1%: quiet
+    msg = check([100, 100, 100], [50000, 999, 60000])
+    assert len(msg) == 1 and "1-2: 0.010 over 100" in msg[0] and "0-1" not in msg[0] and "tempering=" in msg[0]
+    assert check([100, 100, 100], [0, 0, 0], new_run=False) == []  # once per run
+    assert check([19, 19, 19], [0, 0, 0]) == []  # too few attempts to judge
+    assert len(check([[10, 50, 50], [10, 50, 50]], [[0, 9000, 9000], [0, 9000, 9000]])) == 1  # two chains: 20
+
+
+@pytest.mark.slow
+def test_stalled_swaps_warn_end_to_end():
+    """Two rungs, prior and posterior, on 300 steps that the posterior fits far better than any prior
+    draw: their swaps are never accepted and the run says so."""
+    y = np.repeat([0, 1], 150)
+    with pytest.warns(RuntimeWarning, match="almost never exchanged"):
+        mcmc = _run(nh.infer.WeakLimitGibbs(fixed_model, tempering=[0.0, 1.0]), 20, 30, y=y)
+    rates = np.nanmean(np.asarray(mcmc.get_extra_fields()["swap_accept"]))
+    assert rates < 0.01
 
 
 def test_inference_data_and_pickle(evidence_run):

@@ -486,12 +486,19 @@ class HDPKernel(MCMCKernel):
             biased = jnp.any(info.overflow & (info.fresh_used | (state.num_states >= self._spec.capacity))) & late
         at_max = jnp.any(info.at_max_duration) & late if hasattr(info, "at_max_duration") else False
         divergent = jnp.any(state.diverging) & late if self._inner is not None else False
-        return events.add(overflow, biased, late, at_max, divergent, nonfinite)
+        swap_attempts = swap_milli = 0
+        if hasattr(info, "swap_accept"):  # tempering: NaN marks the pairs not attempted in this sweep
+            attempted = ~jnp.isnan(info.swap_accept) & late
+            swap_attempts = attempted
+            swap_milli = jnp.where(attempted, jnp.round(1000.0 * jnp.nan_to_num(info.swap_accept)), 0.0)
+        return events.add(overflow, biased, late, at_max, divergent, nonfinite, swap_attempts, swap_milli)
 
     def _report(self, z) -> reporting.Report:
         """The static part of the run's :class:`~numpyro_hdphmm.infer.plumbing.reporting.Events`."""
         names = tuple(k for k, v in z.items() if jnp.issubdtype(jnp.result_type(v), jnp.inexact)) + ("lp",)
-        return reporting.Report(type(self).__name__, self._spec.capacity, names, self.overflow_by_rate, self._token)
+        pairs = getattr(self.algorithm, "num_replicas", 1) - 1  # tempering: the neighbouring pairs of rungs
+        return reporting.Report(type(self).__name__, self._spec.capacity, names, self.overflow_by_rate, self._token,
+                                pairs)
 
     def _clusters(self, init_params) -> bool:
         """Whether the start clusters the data: the data-driven start (or a NumPyro strategy) and

@@ -1,6 +1,6 @@
 """What the kernels tell the user about a run: overflow of the capacity, divergences of the inner
-kernel, segments at ``max_duration``, non-finite values, and a capacity too large to compile quickly
-(``docs/warnings.md``).
+kernel, segments at ``max_duration``, non-finite values, rungs of a tempered kernel that never
+exchange, and a capacity too large to compile quickly (``docs/warnings.md``).
 
 **No host callback in the compiled loop.**  A sweep only counts its events in the state
 (:class:`Events`, a field of :class:`~numpyro_hdphmm.infer.plumbing.adapter.HDPState`: counters
@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["OVERFLOW_RATE", "OVERFLOW_EVENTS", "LARGE_CAPACITY", "Report", "Events", "new_token", "start_run", "report",
            "warn_overflow", "warn_overflow_rate", "overflow_rate_due", "warn_max_duration", "warn_divergence", "nonfinite_sites",
-           "warn_nonfinite", "check_capacity"]
+           "warn_nonfinite", "SWAP_RATE", "SWAP_ATTEMPTS", "swaps_stalled", "warn_swaps_stalled", "check_capacity"]
 
 
 class Report(NamedTuple):
@@ -36,13 +36,15 @@ class Report(NamedTuple):
     ``kernel``: the kernel's class name; ``capacity``: ``max_states``; ``sites``: the recorded
     floating-point sites in the order of :func:`nonfinite_sites` (``"lp"`` last); ``rate``: warn
     of overflows by their rate after warmup (BeamSampler) rather than at the first; ``token``: the
-    kernel's run registry key (:func:`new_token`)."""
+    kernel's run registry key (:func:`new_token`); ``pairs``: the neighbouring pairs of rungs of a
+    tempered kernel (``tempering=R``: ``R - 1``; 0 without tempering)."""
 
     kernel: str
     capacity: int
     sites: Tuple[str, ...]
     rate: bool
     token: int
+    pairs: int = 0
 
 
 _TOKENS = itertools.count()
@@ -69,28 +71,36 @@ class Events:
     rate rule, :data:`OVERFLOW_RATE`); ``late``: sweeps after warmup; ``at_max_duration``:
     sweeps after warmup with a segment of ``max_duration`` steps (HDP-HSMM); ``divergences``:
     divergent inner-kernel transitions after warmup; ``nonfinite``: ``(num sites,)`` sweeps with a
-    NaN or infinite value at each of ``report.sites``.  All int32.
+    NaN or infinite value at each of ``report.sites``; ``swap_attempts`` and ``swap_milli``:
+    ``(report.pairs,)`` the swap attempts of each pair of rungs after warmup and the sum of their
+    acceptance probabilities in thousandths (rounded; a tempered kernel).  All int32.
 
     Rebuilt from concrete arrays (the end of a run, a sweep on the host), it checks them
     (:func:`report`)."""
 
-    FIELDS = ("overflow", "biased", "late", "at_max_duration", "divergences", "nonfinite")
+    FIELDS = ("overflow", "biased", "late", "at_max_duration", "divergences", "nonfinite", "swap_attempts",
+              "swap_milli")
 
-    def __init__(self, report_, overflow, biased, late, at_max_duration, divergences, nonfinite):
+    def __init__(self, report_, overflow, biased, late, at_max_duration, divergences, nonfinite, swap_attempts,
+                 swap_milli):
         self.report = report_
         self.overflow, self.biased, self.late = overflow, biased, late
         self.at_max_duration, self.divergences, self.nonfinite = at_max_duration, divergences, nonfinite
+        self.swap_attempts, self.swap_milli = swap_attempts, swap_milli
 
     @classmethod
     def zeros(cls, report_: Report) -> "Events":
         z = jnp.zeros((), jnp.int32)
-        return cls(report_, z, z, z, z, z, jnp.zeros((len(report_.sites),), jnp.int32))
+        pairs = jnp.zeros((report_.pairs,), jnp.int32)
+        return cls(report_, z, z, z, z, z, jnp.zeros((len(report_.sites),), jnp.int32), pairs, pairs)
 
     def counts(self):
         return tuple(getattr(self, f) for f in self.FIELDS)
 
     def add(self, *increments) -> "Events":
-        """The counters plus this sweep's events (booleans or counts, in :attr:`FIELDS` order)."""
+        """The counters plus this sweep's events (booleans or counts, in :attr:`FIELDS` order; the
+        trailing ones may be left out: nothing to add)."""
+        increments = increments + (0,) * (len(self.FIELDS) - len(increments))
         return Events(self.report, *(c + jnp.asarray(i).astype(jnp.int32) for c, i in zip(self.counts(), increments)))
 
     def tree_flatten(self):
@@ -131,6 +141,11 @@ def report(events: Events) -> None:
     bad = np.asarray(events.nonfinite).reshape(-1, len(rep.sites)).sum(0) > 0
     if bad.any():
         due.append(("nonfinite", lambda: warn_nonfinite(bad, rep.sites, rep.kernel)))
+    if rep.pairs:
+        attempts = np.asarray(events.swap_attempts, np.int64).reshape(-1, rep.pairs).sum(0)
+        milli = np.asarray(events.swap_milli, np.int64).reshape(-1, rep.pairs).sum(0)
+        if swaps_stalled(attempts, milli).any():
+            due.append(("swaps", lambda: warn_swaps_stalled(attempts, milli, rep.kernel)))
     for kind, warn in due:
         if kind not in warned:
             warned.add(kind)
@@ -228,6 +243,40 @@ def warn_nonfinite(bad, names, kernel):
             RuntimeWarning,
             stacklevel=2,
         )
+
+
+#: the mean acceptance probability of a pair of rungs' swaps after warmup below which a tempered
+#: kernel warns (docs/errors.md, "Runtime warnings")
+SWAP_RATE = 0.01
+#: ... once the pair had at least this many attempts after warmup (over all chains)
+SWAP_ATTEMPTS = 20
+
+
+def swaps_stalled(attempts, milli) -> np.ndarray:
+    """``(pairs,)`` bool: the pairs of rungs with at least :data:`SWAP_ATTEMPTS` swap attempts after
+    warmup whose mean acceptance probability (``milli / 1000 / attempts``) is below :data:`SWAP_RATE`."""
+    attempts, milli = np.asarray(attempts), np.asarray(milli)
+    return (attempts >= SWAP_ATTEMPTS) & (milli < 1000 * SWAP_RATE * attempts)
+
+
+def warn_swaps_stalled(attempts, milli, kernel):
+    """Replica exchange that does not exchange: some pair of neighbouring rungs accepted (almost)
+    none of its swaps after warmup, so nothing the hotter rungs find reaches the draws (rung ``R - 1``)."""
+    stalled = swaps_stalled(attempts, milli)
+    if not stalled.any():
+        return
+    rates = ", ".join(f"{r}-{r + 1}: {m / 1000 / max(a, 1):.3f} over {a}" for r, (a, m, s) in
+                      enumerate(zip(np.asarray(attempts), np.asarray(milli), stalled)) if s)
+    warnings.warn(
+        f"{kernel}(tempering=...): after warmup some pairs of neighbouring rungs (0 = the prior, the last = the "
+        f"posterior) almost never exchanged their states (mean acceptance probability over the attempts: {rates}), "
+        "so the ladder does not connect the hot rungs to the cold one: the draws come from the untempered rung alone, "
+        "at the cost of every rung. Use more rungs (tempering=2R; about twice the communication barrier is needed: "
+        "Syed et al. 2022) and a longer warmup for the ladder to adapt, or tempering=None. The `swap_accept` field "
+        "(sample_stats) gives each pair's acceptance probability per sweep.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 #: capacities above this warn at initialization (see :func:`check_capacity`)

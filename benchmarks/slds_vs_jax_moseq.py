@@ -358,7 +358,7 @@ def main(argv=None):
                              blocks=args.blocks, order=", ".join(order), total=(1 + args.blocks) * args.sweeps,
                              compare=compare)
         loads = "; ".join(f"T = {r['T']}: {load_range(r['loads'])}" for r in results)
-        blocks = [text_block(intro), text_block(text), table(cols, rows),
+        blocks = [text_block(intro), text_block(text), table(cols, rows, align="lll" + "r" * (len(cols) - 3)),
                   text_block(COLUMNS_NOTE.format(sweeps=args.sweeps, loads=loads)), text_block(ratio_line(results))]
         if any(r.get("profile") for r in results):
             blocks += blocks_from_markdown(md.split("\n\n", 1)[1])

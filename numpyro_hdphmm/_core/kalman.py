@@ -69,6 +69,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import cho_solve, solve_triangular
 
+from numpyro_hdphmm._core.linalg import small_matmul
+
 __all__ = [
     "KalmanFiltered",
     "kalman_filter",
@@ -105,23 +107,6 @@ class KalmanFiltered(NamedTuple):
 # =============================================================================== small helpers
 
 
-#: products with at most this many multiply-adds are written as a broadcast and a sum (see :func:`_mm`)
-_SMALL_PRODUCT = 4096
-
-
-def _mm(a, b):
-    """``a @ b`` of (batches of) small matrices, ``a (..., n, k)``, ``b (..., k, m)``.
-
-    XLA's CPU backend emits a batched or in-loop ``dot`` of a few-by-few matrices as a library call
-    whose overhead is many times its arithmetic (4 x 4, measured: 20-90x slower than the broadcast
-    below); a broadcast multiply and a sum over ``k`` fuse into one loop nest.  Larger products
-    (``n k m`` above :data:`_SMALL_PRODUCT`) stay ``a @ b``."""
-    n, k = a.shape[-2:]
-    if n * k * b.shape[-1] > _SMALL_PRODUCT:
-        return a @ b
-    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
-
-
 def _sym(m):
     """Exactly symmetric part ``(M + M^T) / 2`` of the last two axes."""
     return 0.5 * (m + jnp.swapaxes(m, -1, -2))
@@ -136,7 +121,7 @@ def _rts_gain(P, A_next, Ppred_next):
     r"""Smoothing gain ``J = P_t A_{t+1}^T (P^{pred}_{t+1})^{-1}`` (D, D), by a Cholesky solve:
     ``J^T = (P^{pred}_{t+1})^{-1} A_{t+1} P_t`` (both covariances symmetric)."""
     L = jnp.linalg.cholesky(Ppred_next)
-    return cho_solve((L, True), _mm(A_next, P)).T
+    return cho_solve((L, True), small_matmul(A_next, P)).T
 
 
 def _backward_conditional(m, P, A_next, Q_next, mpred_next, Ppred_next):
@@ -146,8 +131,8 @@ def _backward_conditional(m, P, A_next, Q_next, mpred_next, Ppred_next):
     conditional mean is ``m + J (x_{t+1} - mpred_next)``.
     """
     J = _rts_gain(P, A_next, Ppred_next)
-    IJA = jnp.eye(m.shape[-1], dtype=m.dtype) - _mm(J, A_next)
-    cov = _sym(_mm(_mm(IJA, P), IJA.T) + _mm(_mm(J, Q_next), J.T))
+    IJA = jnp.eye(m.shape[-1], dtype=m.dtype) - small_matmul(J, A_next)
+    cov = _sym(small_matmul(small_matmul(IJA, P), IJA.T) + small_matmul(small_matmul(J, Q_next), J.T))
     return J, cov
 
 
@@ -169,12 +154,12 @@ def _update_full(mp, Pp, y_t, o, C, d, R, eye_d):
     Ct = of[:, None] * C
     Rt = of[:, None] * R * of[None, :] + jnp.diag(1.0 - of)
     v = jnp.where(o, jnp.where(o, y_t, 0.0) - d - C @ mp, 0.0)
-    S = _sym(_mm(_mm(Ct, Pp), Ct.T) + Rt)
+    S = _sym(small_matmul(small_matmul(Ct, Pp), Ct.T) + Rt)
     L = jnp.linalg.cholesky(S)
-    K = cho_solve((L, True), _mm(Ct, Pp)).T  # (D, P) = Pp C_t^T S^{-1}
+    K = cho_solve((L, True), small_matmul(Ct, Pp)).T  # (D, P) = Pp C_t^T S^{-1}
     mf = mp + K @ v
-    IKC = eye_d - _mm(K, Ct)
-    Pf = _sym(_mm(_mm(IKC, Pp), IKC.T) + _mm(_mm(K, Rt), K.T))
+    IKC = eye_d - small_matmul(K, Ct)
+    Pf = _sym(small_matmul(small_matmul(IKC, Pp), IKC.T) + small_matmul(small_matmul(K, Rt), K.T))
     z = solve_triangular(L, v, lower=True)
     ll = -0.5 * (z @ z + jnp.sum(of) * _LOG_2PI) - jnp.sum(jnp.log(jnp.diagonal(L)))
     return mf, Pf, ll
@@ -196,12 +181,12 @@ def _update_diagonal(mp, Pp, y_t, o, C, d, r, eye_d):
     w = jnp.where(o, lax.rsqrt(r), 0.0)
     Ct = w[:, None] * C
     v = w * jnp.where(o, y_t - d - C @ mp, 0.0)
-    J = _mm(Ct.T, Ct)
+    J = small_matmul(Ct.T, Ct)
     g = Ct.T @ v
     L = jnp.linalg.cholesky(Pp)
-    U = jnp.linalg.cholesky(_sym(eye_d + _mm(_mm(L.T, J), L)))
+    U = jnp.linalg.cholesky(_sym(eye_d + small_matmul(small_matmul(L.T, J), L)))
     B = solve_triangular(U, L.T, lower=True)
-    Pf = _sym(_mm(B.T, B))
+    Pf = _sym(small_matmul(B.T, B))
     mf = mp + Pf @ g
     Bg = B @ g
     ll = (-0.5 * (v @ v - Bg @ Bg + jnp.sum(jnp.where(o, _LOG_2PI + jnp.log(r), 0.0)))
@@ -258,7 +243,7 @@ def kalman_filter(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) -> Ka
         m, P = carry
         A_t, b_t, Q_t, y_t, o_t, t = inp
         mp = A_t @ m + b_t
-        Pp = _sym(_mm(_mm(A_t, P), A_t.T) + Q_t)
+        Pp = _sym(small_matmul(small_matmul(A_t, P), A_t.T) + Q_t)
         mf, Pf, ll = update(mp, Pp, y_t, o_t & (t < length), C, d, R, eye_d)
         return (mf, Pf), (mf, Pf, mp, Pp, ll)
 
@@ -300,7 +285,7 @@ def kalman_smoother(filtered: KalmanFiltered, A, b, Q):
         ms_next, Ps_next = carry
         m, J_t, cov_t, mp_n = inp
         ms = m + J_t @ (ms_next - mp_n)
-        Ps = _sym(cov_t + _mm(_mm(J_t, Ps_next), J_t.T))
+        Ps = _sym(cov_t + small_matmul(small_matmul(J_t, Ps_next), J_t.T))
         return (ms, Ps), (ms, Ps)
 
     xs = (means[:-1], J, cond_cov, filtered.predicted_means[1:])

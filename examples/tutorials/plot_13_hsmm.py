@@ -122,6 +122,34 @@ for k in np.unique(last_states):
     print(f"state {k}: mean duration {1 + rates[:, k].mean():.1f} (90% interval {lo:.1f} to {hi:.1f})")
 
 # %%
+# Forecasting: the segment in progress goes on
+# --------------------------------------------
+# :func:`numpyro_hdphmm.forecast` continues each draw: the last segment has lasted ``e`` steps, so it
+# goes on for ``d - e`` more with ``d`` drawn from its state's duration law given ``d >= e``; then
+# new segments follow.  The HMM's forecast, by contrast, forgets how long the regime has lasted.
+
+flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in fits["HDP-HSMM"].items()}
+horizon = 60
+out = nh.forecast(jax.random.key(2), flat, hsmm_model, horizon, model_args=(y,))
+z = flat["y_states"]
+change = np.concatenate([np.ones((len(z), 1), bool), z[:, 1:] != z[:, :-1]], 1)
+elapsed = num_steps - np.max(np.where(change, np.arange(num_steps), 0), axis=1)  # per draw
+stays = np.asarray(out["states"]) == z[:, -1:]
+left = np.where(~stays.all(1), (~stays).argmax(1), horizon)
+print(f"the last segment has lasted {np.median(elapsed):.0f} steps (median over draws; truth "
+      f"{num_steps - np.max(np.flatnonzero(np.diff(truth)) + 1)}); forecast steps left in it: median "
+      f"{np.median(left):.0f} (90% interval {np.percentile(left, 5):.0f} to {np.percentile(left, 95):.0f})")
+fig, ax = plt.subplots(figsize=(10, 2.5))
+ax.plot(np.arange(num_steps - 100, num_steps), y[-100:, 0], color="k", lw=0.8, label="data")
+q = np.percentile(np.asarray(out["y"])[..., 0], [5, 50, 95], axis=0)
+steps = np.arange(num_steps, num_steps + horizon)
+ax.fill_between(steps, q[0], q[2], color="C0", alpha=0.3, label="forecast 90%")
+ax.plot(steps, q[1], color="C0", lw=1, label="forecast median")
+ax.set(xlabel="step", ylabel="y")
+ax.legend(fontsize=7)
+fig.tight_layout()
+
+# %%
 # Choosing the duration family and ``max_duration``
 # -------------------------------------------------
 # * **Poisson** (``nh.durations.Poisson``): a duration with a mode and a spread that grows like the

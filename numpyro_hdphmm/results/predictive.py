@@ -53,7 +53,7 @@ from numpyro_hdphmm._core.validation import check_static_int, is_concrete
 from numpyro_hdphmm.emissions.base import EmissionFamily
 from numpyro_hdphmm.results.posterior import flatten_draws, hmm_draws
 
-__all__ = ["forecast"]
+__all__ = ["forecast", "residual_duration"]
 
 
 # --------------------------------------------------------------------------- numerics
@@ -129,6 +129,66 @@ def _forecast_slds_core(rng_key, trans, last, params, x_last, obs_params, dynami
 
 
 _forecast_slds_jit = jax.jit(_forecast_slds_core, static_argnames=("steps",))
+
+
+def residual_duration(rng_key, log_dur_row, elapsed):
+    r"""The steps left in a segment that has lasted ``elapsed`` steps and goes on: ``d - elapsed`` with
+    ``d ~ p(d | d >= elapsed)``, ``p(d) ∝ exp(log_dur_row[d - 1])`` on ``d = 1..D`` (the right-censored
+    last segment's duration given the data; Johnson & Willsky 2013, Sec. 3.2).  ``log_dur_row (D,)``,
+    ``elapsed`` int scalar; 0 when no ``d >= elapsed`` has mass (the segment ends here)."""
+    d = jnp.arange(1, log_dur_row.shape[-1] + 1)
+    logits = jnp.where(d >= elapsed, log_dur_row, -jnp.inf)
+    alive = jnp.any(jnp.isfinite(logits))
+    total = random.categorical(rng_key, jnp.where(alive, logits, 0.0)) + 1
+    return jnp.where(alive, total - elapsed, 0).astype(jnp.int32)
+
+
+def _forecast_hsmm_core(rng_key, trans, tables, last, elapsed, params, history, emission, steps: int,
+                        emission_batched: bool, right_censored: bool):
+    """Pure core of an HDP-HSMM forecast: ``trans (S, K+1, K+1)``, ``tables`` the draws' segment
+    process ``(log_trans (S, K, K), log_dur (S, K, D), first_dur (S, K, D))`` (``first_dur`` the first
+    segment's law, ``log_dur`` without left-censoring), ``last (S, N)`` states and ``elapsed (S, N)``
+    lengths of the last segments, ``from_start (S, N)`` whether that segment is the first."""
+    num_draws, num_seq = last.shape
+    k = trans.shape[-1] - 1
+    log_trans, log_dur, first_dur, from_start = tables
+
+    def one_draw(key, P, lt, ld, fd, z_last, e_last, first, theta, fam):
+        escape = P[:k, k] / jnp.maximum(1.0 - jnp.diagonal(P)[:k], jnp.finfo(P.dtype).tiny)
+
+        def one_sequence(kk, z0, e0, f0, hist):
+            k_r, k_z, k_y = random.split(kk, 3)
+            law = jnp.where(f0, fd[z0], ld[z0])
+            left = residual_duration(k_r, law, e0) if right_censored else jnp.int32(0)
+
+            def step(carry, key_t):
+                z_prev, r = carry
+                k_s, k_d = random.split(key_t)
+                new = r == 0
+                z = jnp.where(new, random.categorical(k_s, lt[z_prev]), z_prev).astype(jnp.int32)
+                r = jnp.where(new, random.categorical(k_d, ld[z]) + 1, r) - 1
+                return (z, r.astype(jnp.int32)), (z, jnp.where(new, escape[z_prev], 0.0))
+
+            _, (zs, esc) = lax.scan(step, (z0.astype(jnp.int32), left), random.split(k_z, steps))
+            return zs, fam.sample_continuation(k_y, theta, zs, hist), esc
+
+        return jax.vmap(one_sequence)(random.split(key, num_seq), z_last, e_last, first, history)
+
+    return jax.vmap(one_draw, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0 if emission_batched else None))(
+        random.split(rng_key, num_draws), trans, log_trans, log_dur, first_dur, last, elapsed, from_start, params,
+        emission)
+
+
+_forecast_hsmm_jit = jax.jit(_forecast_hsmm_core, static_argnames=("steps", "emission_batched", "right_censored"))
+
+
+def _last_segments(states3, lengths):
+    """``(elapsed (S, N), from_start (S, N))``: the length of each sequence's last segment (steps since
+    its state last changed, up to ``lengths``) and whether it began at the first step."""
+    t = jnp.arange(states3.shape[-1])
+    change = jnp.concatenate([jnp.ones(states3.shape[:-1] + (1,), bool), states3[..., 1:] != states3[..., :-1]], -1)
+    start = jnp.max(jnp.where(change & (t < lengths[:, None]), t, 0), axis=-1)
+    return (lengths - start).astype(jnp.int32), start == 0
 
 
 def _forecast_slds(rng_key, flat, lead, model, name, steps, lengths, model_args, model_kwargs):
@@ -228,6 +288,13 @@ def forecast(
             length ``T``.
         batch_ndims: ``1`` (flat samples) or ``2`` (grouped by chain).
 
+    **HDP-HSMM** (pass the model as ``emission``): each draw's last segment goes on for
+    :func:`residual_duration` more steps (its duration given that it has lasted ``e`` steps, ``p(d | d >=
+    e)``, when the model's last segment is right-censored; none otherwise), then the next segments
+    take their states from the rows without self-transitions and their durations from the states'
+    duration laws (Johnson & Willsky 2013, Sec. 3); ``new_state_prob`` is the escape mass of the
+    row where a new segment starts (0 under the weak limit) and 0 inside a segment.
+
     **HDP-SLDS** (the samples hold ``{name}_latent``; pass the model as ``emission``): each draw's
     modes continue from its last mode, the latent path from its last latent state through the
     modes' dynamics, the observations from the observation model; the result also holds
@@ -263,11 +330,10 @@ def forecast(
     if f"{name}_latent" in flat:
         return _forecast_slds(rng_key, flat, lead, emission, name, steps, lengths, tuple(model_args), model_kwargs)
     draws = hmm_draws(flat, emission, name, tuple(model_args), model_kwargs)
-    if draws.kind != "hmm":
+    if draws.kind not in ("hmm", "hsmm"):
         raise NotImplementedError(
-            f"forecast for the model class {draws.kind!r}: it draws the next states from the HMM's rows; an "
-            "HDP-HSMM forecast must continue the current segment (its elapsed duration's residual law) and draw "
-            "the next segments without self-transitions, which is not implemented."
+            f"forecast for the model class {draws.kind!r}: implemented for the HDP-HMM, the HDP-HSMM and the "
+            "HDP-SLDS."
         )
     family, emission_batched, trans, params = draws.emission, draws.emission_batched, draws.trans, draws.params
     observations = draws.observations if observations is None else observations
@@ -296,7 +362,15 @@ def forecast(
     else:
         history = jnp.zeros((num_seq, 0))
 
-    zs, ys, esc = _forecast_jit(rng_key, trans, last, params, history, family, steps, emission_batched)
+    if draws.kind == "hsmm":
+        segs = draws.segments
+        elapsed, from_start = _last_segments(states3, lengths)
+        first_dur = segs.log_dur if segs.first is None else segs.first[0]
+        tables = (segs.log_trans, segs.log_dur, first_dur, from_start)
+        zs, ys, esc = _forecast_hsmm_jit(rng_key, trans, tables, last, elapsed, params, history, family, steps,
+                                         emission_batched, bool(segs.right_censored))
+    else:
+        zs, ys, esc = _forecast_jit(rng_key, trans, last, params, history, family, steps, emission_batched)
     out = {"states": zs, "y": ys, "new_state_prob": esc}
     if not batched:
         out = {k: v[:, 0] for k, v in out.items()}

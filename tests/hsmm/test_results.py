@@ -219,8 +219,6 @@ def test_results_layer_at_each_draw(draws):
 
 def test_hmm_only_functions_refuse_an_hsmm(draws):
     model, emission = _hsmm_model()
-    with pytest.raises(NotImplementedError, match="forecast"):
-        nh.forecast(jax.random.PRNGKey(0), draws, model, 3, model_args=(jnp.asarray(Y_DATA),))
     with pytest.raises(NotImplementedError, match="duration"):
         nh.viterbi(emission, draws, Y_DATA)
     with pytest.raises(NotImplementedError, match="duration"):
@@ -283,3 +281,52 @@ def test_to_inference_data_loo_on_a_fit():
     hmm_rows = nh.results.posterior.log_hmm_parameters(mcmc.get_samples()["y_trans"][0])
     assert abs(float(hmm_filter(*hmm_rows, jnp.zeros((T_DATA, K_MODEL))).marginal_loglik)) < 1e-6  # rows stochastic
     az.loo(data)
+
+
+def _first_run(paths, state):
+    """Per path: the number of leading steps in ``state`` (the continued segment's remaining steps)."""
+    paths = np.asarray(paths)
+    other = paths != state
+    return np.where(other.any(1), other.argmax(1), paths.shape[1])
+
+
+def test_forecast_continues_the_current_segment(draws, monkeypatch):
+    """``nh.forecast`` of an HDP-HSMM: the last segment (state 1 for its last ``e = 3`` steps) goes on for
+    ``d - e`` steps with ``d ~ p_1(d | d >= e)``; the next state is never the same; the steps left
+    match the exact law (max deviation within 4 standard errors); the same check rejects a forecast
+    that ignores the elapsed duration (the negative control)."""
+    from numpyro_hdphmm.results import predictive
+
+    n, e, h = 20000, 3, D_MAX + 2
+    one = {k: jnp.repeat(v[:1], n, axis=0) for k, v in draws.items()}
+    one["y_states"] = jnp.asarray(np.repeat(np.array([[0] * (T_DATA - e) + [1] * e]), n, axis=0), jnp.int32)
+    model, _ = _hsmm_model()
+    kw = dict(model_args=(jnp.asarray(Y_DATA),))
+    (li, lt, ld, ls, _), _ = _draw_tables({}, draws, 0)
+    p = np.exp(np.asarray(ld[1], np.float64))
+    exact = np.zeros(h + 1)
+    exact[:D_MAX - e + 1] = p[e - 1:] / p[e - 1:].sum()  # P(j more steps) = p(e + j) / P(d >= e)
+
+    def deviation(out):
+        runs = _first_run(out["states"], 1)
+        freq = np.bincount(runs, minlength=h + 1) / n
+        se = np.sqrt(exact * (1 - exact) / n) + 1e-12
+        return np.max(np.abs(freq - exact) / np.maximum(se, 1.0 / n))
+
+    out = nh.forecast(jax.random.PRNGKey(3), one, model, h, **kw)
+    assert out["states"].shape == (n, h) and out["y"].shape == (n, h, 1)
+    runs = _first_run(out["states"], 1)
+    nxt = np.asarray(out["states"])[np.arange(n), np.minimum(runs, h - 1)]
+    assert np.all(nxt[runs < h] != 1)  # a new segment never repeats the state
+    assert np.all(np.asarray(out["new_state_prob"]) == 0.0)  # the weak limit's rows have no escape mass
+    z = deviation(out)
+    print(f"HSMM forecast, steps left: max |freq - exact| / se = {z:.2f}")
+    assert z < 4.5
+    # negative control: a residual that forgets the elapsed steps (a fresh duration) is rejected
+    monkeypatch.setattr(predictive, "residual_duration",
+                        lambda key, row, elapsed: predictive.random.categorical(key, row).astype(jnp.int32))
+    monkeypatch.setattr(predictive, "_forecast_hsmm_jit",  # a new function object: traced afresh
+                        jax.jit(lambda *a: predictive._forecast_hsmm_core(*a), static_argnums=(8, 9, 10)))
+    bad = deviation(nh.forecast(jax.random.PRNGKey(3), one, model, h, **kw))
+    print(f"negative control (elapsed ignored): {bad:.1f}")
+    assert bad > 10

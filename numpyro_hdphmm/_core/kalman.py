@@ -180,7 +180,7 @@ def _update_diagonal(mp, Pp, y_t, o, C, d, r, eye_d):
     """
     w = jnp.where(o, lax.rsqrt(r), 0.0)
     Ct = w[:, None] * C
-    v = w * jnp.where(o, y_t - d - C @ mp, 0.0)
+    v = w * jnp.where(o, jnp.where(o, y_t, 0.0) - d - C @ mp, 0.0)  # NaN never reaches arithmetic
     J = small_matmul(Ct.T, Ct)
     g = Ct.T @ v
     L = jnp.linalg.cholesky(Pp)

@@ -145,10 +145,12 @@ def residual_duration(rng_key, log_dur_row, elapsed):
 
 def _forecast_hsmm_core(rng_key, trans, tables, last, elapsed, params, history, emission, steps: int,
                         emission_batched: bool, right_censored: bool):
-    """Pure core of an HDP-HSMM forecast: ``trans (S, K+1, K+1)``, ``tables`` the draws' segment
-    process ``(log_trans (S, K, K), log_dur (S, K, D), first_dur (S, K, D))`` (``first_dur`` the first
-    segment's law, ``log_dur`` without left-censoring), ``last (S, N)`` states and ``elapsed (S, N)``
-    lengths of the last segments, ``from_start (S, N)`` whether that segment is the first."""
+    """Pure core of an HDP-HSMM forecast: ``trans (S, K+1, K+1)``; ``tables`` the draws' segment
+    process and where each last segment began, ``(log_trans (S, K, K), log_dur (S, K, D), first_dur
+    (S, K, D), from_start (S, N))`` (``first_dur`` the first segment's law, equal to ``log_dur``
+    without left-censoring; ``from_start`` whether the last segment is also the first); ``last (S, N)``
+    the last states and ``elapsed (S, N)`` the lengths of the last segments; ``params``, ``history``,
+    ``emission`` as in :func:`_forecast_core`."""
     num_draws, num_seq = last.shape
     k = trans.shape[-1] - 1
     log_trans, log_dur, first_dur, from_start = tables

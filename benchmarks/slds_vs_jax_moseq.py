@@ -188,18 +188,14 @@ def run_size(T, args, data_dir, log):
         workers["jax-moseq"] = Worker("jax_moseq_slds", python=args.moseq_python, env={"JAX_ENABLE_X64": "1"})
         setups["jax-moseq"] = checked(workers["jax-moseq"], cmd="setup", **hyper)
         Cd = np.asarray(setups["jax-moseq"]["Cd"], float)
-        for prec in args.precisions:
-            name = f"ours-{prec}"
-            log(f"T={T}: {name} set-up ({uptime()})")
-            workers[name] = Worker("hdphmm_slds", python=sys.executable, path=REPO,
-                                   env={"JAX_ENABLE_X64": "1" if prec == "f64" else "0"})
-            setups[name] = checked(workers[name], cmd="setup", Cd=Cd.tolist(), noise="pinned", **hyper)
-        for prec in args.precisions if args.compare else ():
-            name = f"before-{prec}"
-            log(f"T={T}: {name} set-up, the package of {args.compare} ({uptime()})")
-            workers[name] = Worker("hdphmm_slds", python=sys.executable, path=args.compare,
-                                   env={"JAX_ENABLE_X64": "1" if prec == "f64" else "0"})
-            setups[name] = checked(workers[name], cmd="setup", Cd=Cd.tolist(), noise="pinned", **hyper)
+        packages = (("ours", REPO),) + ((("before", args.compare),) if args.compare else ())
+        for side, path in packages:
+            for prec in args.precisions:
+                name = f"{side}-{prec}"
+                log(f"T={T}: {name} set-up, the package of {path} ({uptime()})")
+                workers[name] = Worker("hdphmm_slds", python=sys.executable, path=path,
+                                       env={"JAX_ENABLE_X64": "1" if prec == "f64" else "0"})
+                setups[name] = checked(workers[name], cmd="setup", Cd=Cd.tolist(), noise="pinned", **hyper)
         times = {name: [] for name in workers}
         loads = []
         order = [n for n in workers if n != "jax-moseq"]
@@ -249,7 +245,7 @@ def render(results) -> str:
     rows = []
     for res in results:
         for name, s in res["sides"].items():
-            prec = "float64" if name == "jax-moseq" or name.endswith("f64") else "float32"
+            prec = precision(name)
             ratio = "1" if name == "jax-moseq" else "%.2f (%.2f-%.2f)" % (s["ratio"], min(s["block_ratios"]),
                                                                          max(s["block_ratios"]))
             own = s["own"]
@@ -275,6 +271,11 @@ def render(results) -> str:
     return md, cols, rows
 
 
+def precision(side: str) -> str:
+    """The float type a contender ran in: jax-moseq always float64; ours and before by their suffix."""
+    return "float64" if side == "jax-moseq" or side.endswith("f64") else "float32"
+
+
 def load_range(loads) -> str:
     """``"lo-hi"`` of the 1-minute load averages recorded before the blocks."""
     values = [float(ld["uptime"].split("load average:")[-1].split(",")[0]) for ld in loads]
@@ -298,10 +299,9 @@ def comparisons(results, states) -> list:
         for name, side in res["sides"].items():
             if not name.startswith("ours"):
                 continue
-            precision = "float64" if name == "ours-f64" else "float32"
             for statistic, key in (("minimum", "min_s"), ("median", "median_s")):
                 out.append({"kernel": "WeakLimitGibbs (HDP-SLDS)", "peer": "jax-moseq",
-                            "config": f"T = {res['T']}, K = {states}, ours {precision}",
+                            "config": f"T = {res['T']}, K = {states}, ours {precision(name)}",
                             "ours_ms": round(1e3 * side[key], 1), "peer_ms": round(1e3 * theirs[key], 1),
                             "ratio": round(theirs[key] / side[key], 2), "statistic": statistic})
     return out

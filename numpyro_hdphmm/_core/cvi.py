@@ -21,7 +21,9 @@ The pieces, each a pure jittable function:
   and expected log Beta auxiliaries on ``R`` replicates of a batch;
 * :func:`stick_expectations`, :func:`geometric_pseudo_counts` (App. A) and
   :func:`hdp_update` (eqs. 14-16): the stochastic update of ``q(pi_tilde)``, ``q(alpha)`` and
-  ``q(gamma)``.
+  ``q(gamma)``;
+* :func:`transition_merge_gains` and :func:`merge_pair`: the pieces of the merge move of :func:`~numpyro_hdphmm.infer.collapsed_svi.core.scvi_update` (the change of
+  the collapsed transition evidence when two states become one).
 
 Everything is in log space where it matters (transitions, forward-backward, the probabilities
 of "no customer"); no function tests the type of anything.
@@ -55,6 +57,8 @@ __all__ = [
     "HDPPriors",
     "hdp_update",
     "hdp_kl",
+    "transition_merge_gains",
+    "merge_pair",
 ]
 
 
@@ -392,3 +396,55 @@ def hdp_kl(posterior: HDPPosterior, priors: HDPPriors, gamma=None):
     if priors.gamma is not None:
         kl = kl + _kl_gamma(posterior.gamma_shape, posterior.gamma_rate, *priors.gamma)
     return kl
+
+
+# --------------------------------------------------------------------- merge moves
+def transition_merge_gains(pseudo_counts, counts, kappa=0.0):
+    r"""``(K, K)`` change of the collapsed transition term when state ``j`` is merged into state
+    ``i`` (entry ``[i, j]``; the diagonal is ``-inf``).
+
+    The term is the Dirichlet-multinomial evidence of the rows at the counts (integers or not),
+    ``sum_r [log G(A_r) - log G(A_r + N_r) + sum_k log G(P_rk + C_rk) - log G(P_rk)]`` with
+    ``P_rk = a_k + kappa [r = k]`` (:func:`log_mean_transitions`'s pseudo-counts, start row last
+    without self bias), ``A_r = sum_k P_rk``, ``N_r = sum_k C_rk``, ``counts (K+1, K)``
+    ``C``.  The merge adds column ``j`` to column ``i`` in every row and row ``j`` to row ``i``
+    (the pseudo-counts held fixed: state ``j`` keeps ``a_j`` and no counts).  Every row other than
+    ``i`` and ``j`` changes in two entries, rows ``i`` and ``j`` become one row, so each gain costs
+    ``O(K)``: ``O(K^3)`` time and memory for all pairs, against ``O(K^4)`` by recomputing the term
+    after each merge (the test compares the two).
+    """
+    K = counts.shape[-1]
+    P = _row_pseudo_counts(pseudo_counts, kappa, K)
+    a = jnp.broadcast_to(pseudo_counts, (K,)).astype(counts.dtype)
+    A, N = jnp.sum(P, -1), jnp.sum(counts, -1)  # (K+1,)
+    row_value = gammaln(A) - gammaln(A + N) + jnp.sum(gammaln(P + counts) - gammaln(P), -1)  # (K+1,)
+    # columns j into i in row r: G[r, i, j]
+    own = gammaln(P + counts)  # (K+1, K)
+    joined = gammaln(P[:, :, None] + counts[:, :, None] + counts[:, None, :])  # (K+1, K_i, K_j)
+    G = joined - own[:, :, None] - own[:, None, :] + gammaln(P)[:, None, :]
+    rows = jnp.arange(K)
+    in_row_i = G[rows[:, None], rows[:, None], rows[None, :]]  # G[i, i, j]
+    in_row_j = G[rows[None, :], rows[:, None], rows[None, :]]  # G[j, i, j]
+    columns = jnp.sum(G, 0) - in_row_i - in_row_j
+    # rows i and j as one row: columns k != i, j summed; the merged self entry with a_i + kappa
+    state_counts = counts[:K]
+    pair_rows = state_counts[:, None, :] + state_counts[None, :, :]  # (K_i, K_j, K) C_ik + C_jk
+    F = gammaln(a + pair_rows) - gammaln(a)  # (K_i, K_j, K)
+    off = jnp.sum(F, -1) - F[rows[:, None], rows[None, :], rows[:, None]] - F[rows[:, None], rows[None, :], rows[None, :]]
+    self_count = (state_counts[rows[:, None], rows[:, None]] + state_counts[rows[:, None], rows[None, :]]
+                  + state_counts[rows[None, :], rows[:, None]] + state_counts[rows[None, :], rows[None, :]])
+    A_state = jnp.sum(a) + kappa
+    merged = (gammaln(A_state) - gammaln(A_state + N[:K, None] + N[None, :K]) + off
+              + gammaln(a[:, None] + kappa + self_count) - gammaln(a[:, None] + kappa))
+    gains = columns + merged - row_value[:K, None] - row_value[None, :K]
+    return jnp.where(jnp.eye(K, dtype=bool), -jnp.inf, gains)
+
+
+def merge_pair(counts, stats, i, j):
+    """Merge state ``j`` into state ``i``: ``counts (K+1, K)`` column ``j`` added to column ``i``
+    and row ``j`` to row ``i``, ``stats`` (pytree, leading axis ``K``) row ``j`` added to row
+    ``i``; state ``j`` left with no counts and zero statistics."""
+    counts = counts.at[:, i].add(counts[:, j]).at[:, j].set(0.0)
+    counts = counts.at[i].add(counts[j]).at[j].set(0.0)
+    stats = jax.tree_util.tree_map(lambda s: s.at[i].add(s[j]).at[j].set(jnp.zeros_like(s[j])), stats)
+    return counts, stats

@@ -18,9 +18,10 @@ from scipy.special import digamma
 
 import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import cvi
+from numpyro_hdphmm._core.crp import transition_counts
 from numpyro_hdphmm._core.hmm import hmm_filter, hmm_smoother_fast
 from numpyro_hdphmm.infer import CollapsedSVI, CollapsedSVIState, RobbinsMonro
-from numpyro_hdphmm.infer.collapsed_svi import Minibatch, length_strata, scvi_update
+from numpyro_hdphmm.infer.collapsed_svi import Minibatch, length_strata, merge_states, scvi_update
 from numpyro_hdphmm.infer.plumbing.discovery import SequenceData
 
 E = nh.emissions
@@ -571,7 +572,7 @@ def test_full_batch_update_hdp(simulated):
     current q (eq. 9 with a non-symmetric prior, against the independent iteration), and the new
     top-level q is ``hdp_update`` of the batch's statistics (App. B, ``R = N / N = 1``)."""
     (y, lengths, _, _), _ = simulated
-    svi = CollapsedSVI(sim_model, num_states=K_TRUE, step_size=1.0)
+    svi = CollapsedSVI(sim_model, num_states=K_TRUE, step_size=1.0, merge=False)  # the paper's update as printed
     state = svi.init(jax.random.key(0), y, lengths)
     rng = np.random.default_rng(1)
     trans_counts = rng.exponential(size=(K_TRUE + 1, K_TRUE)) * 30
@@ -696,3 +697,75 @@ def test_convergence_report_and_stopping_rule_on_losses(fitted_setup, simulated)
     assert not svi.convergence(np.ones(5), window=4).converged
     with pytest.raises(ValueError, match="`tol`"):
         svi.run(jax.random.key(0), 5, y, lengths, tol=0.0)
+
+
+# ------------------------------------------------------------------ the merge move
+def _rows_evidence(pseudo, kappa, counts):
+    """The collapsed transition term written out: ``sum_r log DirMult(C_r | a + kappa e_r)``."""
+    K = counts.shape[1]
+    P = np.asarray(pseudo)[None, :] + kappa * np.vstack([np.eye(K), np.zeros((1, K))])
+    A, N = P.sum(1), counts.sum(1)
+    from scipy.special import gammaln
+    return float(np.sum(gammaln(A) - gammaln(A + N)) + np.sum(gammaln(P + counts) - gammaln(P)))
+
+
+def test_transition_merge_gains_match_recomputation():
+    """The O(K^3) gains of merging j into i equal the transition term recomputed after the merge
+    (rows and columns added, pseudo-counts fixed), sticky or not, integer counts or not; a variant
+    that merges the columns only (forgetting that rows i and j become one row) is off by
+    hundreds of nats (negative control)."""
+    rng = np.random.default_rng(0)
+    K = 5
+    for kappa, counts in ((0.0, rng.gamma(0.5, 10.0, (K + 1, K))), (2.5, rng.poisson(8.0, (K + 1, K)).astype(float))):
+        a = rng.gamma(1.0, 1.0, K)
+        gains = np.asarray(cvi.transition_merge_gains(jnp.asarray(a), jnp.asarray(counts), kappa))
+        base = _rows_evidence(a, kappa, counts)
+        stats = {"x": jnp.zeros((K, 2))}
+        worst = broken = 0.0
+        for i, j in itertools.permutations(range(K), 2):
+            merged, _ = cvi.merge_pair(jnp.asarray(counts), stats, i, j)
+            worst = max(worst, abs(_rows_evidence(a, kappa, np.asarray(merged)) - base - gains[i, j]))
+            columns_only = counts.copy()
+            columns_only[:, i] += columns_only[:, j]
+            columns_only[:, j] = 0.0
+            broken = max(broken, abs(_rows_evidence(a, kappa, columns_only) - base - gains[i, j]))
+        assert worst < 1e-8 and broken > 10.0
+        assert np.all(np.isneginf(np.diag(gains)))
+
+
+def _labelled(y, lengths, labels, num_states, emission, scale=1.0):
+    n, first = transition_counts(jnp.asarray(labels), num_states, jnp.asarray(lengths))
+    valid = np.arange(y.shape[1]) < np.asarray(lengths)[:, None]
+    weights = nh.emissions.state_weights(jnp.asarray(labels), jnp.asarray(valid), num_states).reshape(-1, num_states)
+    counts = scale * jnp.concatenate([n, first[None]], 0).astype(float)
+    stats = jax.tree_util.tree_map(lambda s: scale * s, emission.sufficient_statistics(jnp.asarray(y).reshape(-1), weights))
+    return counts, stats
+
+
+def test_merge_move_merges_a_duplicate_and_nothing_else(simulated):
+    """``merge_states`` on the simulated 3-state data: where one true state's steps are labelled
+    0 or 3 at random (a duplicate), the move merges exactly 3 into 0 and leaves the other states
+    as they are; with the true labels it merges nothing (the collapsed joint of distinct states
+    falls when they are merged)."""
+    (y, lengths, z, _), _ = simulated
+    svi = CollapsedSVI(sim_model, num_states=4, batch_size=20)
+    state = svi.init(jax.random.key(0), y, lengths)
+    emission, config = svi.emission, svi.config
+    rng = np.random.default_rng(1)
+    split = np.where((z == 0) & (rng.random(z.shape) < 0.5), 3, z)
+    duplicate = _labelled(y, lengths, split, 4, emission)
+    state = state._replace(transition_counts=duplicate[0], emission_stats=duplicate[1])
+    merged = merge_states(state, duplicate, emission, config)
+    assert int(merged.merges) == 1
+    expected = _labelled(y, lengths, z, 4, emission)
+    np.testing.assert_allclose(merged.transition_counts, expected[0], atol=1e-9)
+    np.testing.assert_allclose(merged.emission_stats["counts"], expected[1]["counts"], atol=1e-9)
+    truth = state._replace(transition_counts=expected[0], emission_stats=expected[1])
+    assert int(merge_states(truth, expected, emission, config).merges) == 0
+
+
+def test_merge_option_is_for_the_hdp():
+    with pytest.raises(ValueError, match="merge=True"):
+        CollapsedSVI(sim_model, hdp=False, merge=True)
+    with pytest.raises(ValueError, match="`merge` must be True or False"):
+        CollapsedSVI(sim_model, merge="yes")

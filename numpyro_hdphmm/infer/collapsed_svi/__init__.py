@@ -41,6 +41,7 @@ from numpyro_hdphmm.infer.collapsed_svi.core import (
     SCVIConfig,
     Stratum,
     length_strata,
+    merge_states,
     plug_in_hmm,
     scvi_init,
     scvi_update,
@@ -64,4 +65,5 @@ __all__ = [
     "scvi_init",
     "scvi_update",
     "plug_in_hmm",
+    "merge_states",
 ]

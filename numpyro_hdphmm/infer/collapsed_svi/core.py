@@ -29,6 +29,12 @@ One update (Alg. 1, one minibatch ``B`` of ``M`` whole sequences, all in one jit
 4. HDP-HMM, after every large batch of ``hdp_batch_size`` sequences: the expected table counts of
    App. B (eqs. 19-26) on ``N / L`` replicates of the large batch and the stochastic update of
    ``q(pi_tilde)``, ``q(alpha)``, ``q(gamma)`` (eqs. 14-16; :func:`numpyro_hdphmm._core.cvi.hdp_update`).
+5. HDP-HMM, after each HDP update (``merge=True``, the default of
+   :class:`~numpyro_hdphmm.infer.CollapsedSVI`): the merge move (:func:`merge_states`), which merges
+   pairs of states while the collapsed joint of the minibatch's most probable labels gains, kept
+   when the minibatch's predictive likelihood under the merged surrogate HMM does not fall by more
+   than :data:`MERGE_TOLERANCE`.  Without it CVB0 keeps true states split in two or three, each
+   split a fixed point of its updates (``docs/collapsed_svi.md``, "Merge moves").
 
 ``collapsed=False`` runs the uncollapsed stochastic VI baseline (Foti et al. 2014 on whole
 sequences; Hoffman et al. 2013) with the same state: ``q(theta_j) = Dir(a + E[C_j])``,
@@ -48,10 +54,12 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import random
+from jax import lax, random
 
 from numpyro_hdphmm._core import cvi
+from numpyro_hdphmm._core.crp import transition_counts
 from numpyro_hdphmm._core.random import beta as draw_beta
+from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.contract import flatten_time
 from numpyro_hdphmm.infer.plumbing.discovery import SequenceData
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences
@@ -68,6 +76,8 @@ __all__ = [
     "Stratum",
     "length_strata",
     "draw_sticks",
+    "merge_states",
+    "MERGE_TOLERANCE",
 ]
 
 
@@ -101,7 +111,8 @@ class SCVIConfig(NamedTuple):
     ``transition_prior``: the finite HMM's pseudo-count and the HDP's first ``G[alpha pi_k]``;
     ``step_size``: ``n -> rho_n``; ``hdp_every``: minibatches per HDP update; ``alpha``,
     ``gamma``: the model's constants (``None`` where the model has a Gamma-prior site, whose prior
-    is in ``priors``, a :class:`~numpyro_hdphmm._core.cvi.HDPPriors`).
+    is in ``priors``, a :class:`~numpyro_hdphmm._core.cvi.HDPPriors`); ``merge``: the merge move
+    after each HDP update (:func:`scvi_update`, step 5; HDP-HMM only).
     """
 
     num_states: int
@@ -114,6 +125,7 @@ class SCVIConfig(NamedTuple):
     alpha: Optional[float]
     gamma: Optional[float]
     priors: cvi.HDPPriors
+    merge: bool = False
 
 
 class CollapsedSVIState(NamedTuple):
@@ -128,6 +140,7 @@ class CollapsedSVIState(NamedTuple):
       minibatch's scaled to the data set and summed, and the number of minibatches summed (reset
       after each HDP update);
     * ``step``, ``hdp_step`` ``()``: updates and HDP updates so far (``rho_n`` uses ``step``);
+    * ``merges`` ``()``: states merged into others so far (:func:`scvi_update`, step 5);
     * ``num_sequences`` ``()``: ``N``, the number of sequences of the data set;
     * ``rng_key``: the key of the minibatch order (:meth:`CollapsedSVI.run`).
     """
@@ -141,6 +154,7 @@ class CollapsedSVIState(NamedTuple):
     table_batches: jax.Array
     step: jax.Array
     hdp_step: jax.Array
+    merges: jax.Array
     num_sequences: jax.Array
     rng_key: jax.Array
 
@@ -199,6 +213,7 @@ def scvi_init(rng_key, data: SequenceData, emission, config: SCVIConfig, num_seq
         transition_counts=counts.astype(dtype), emission_stats=stats, hdp=hdp,
         table_counts=zeros, log_no_transition=zeros, log_no_departure=jnp.zeros((K + 1,), dtype),
         table_batches=jnp.zeros((), dtype), step=jnp.zeros((), jnp.int32), hdp_step=jnp.zeros((), jnp.int32),
+        merges=jnp.zeros((), jnp.int32),
         num_sequences=jnp.asarray(num_sequences, dtype), rng_key=k_order)
 
 
@@ -240,8 +255,11 @@ def _local_rows(emission, config: SCVIConfig, dtype):
 
 
 def _local_step(log_trans, group: Minibatch, state: CollapsedSVIState, emission, config: SCVIConfig,
-                sharding: Optional[SequenceSharding] = None):
-    """Steps 1-2 on one group: its statistics scaled to the data set, as a dict of sums.  The
+                sharding: Optional[SequenceSharding] = None, labelled=None):
+    """Steps 1-2 on one group: its statistics scaled to the data set, as a dict of sums (with
+    ``labelled``, a traced bool: also ``"labelled"``, the transition counts ``(K+1, K)`` and
+    emission statistics of the most probable state of each step, scaled to the data set where
+    ``labelled`` holds, zeros elsewhere).  The
     forward-backward of the group's sequences runs on the devices of ``sharding`` (each its block
     of sequences, padded when their number does not divide ``M``); the sums over sequences are on
     the global arrays (reduced over the devices by XLA's partitioner)."""
@@ -258,7 +276,76 @@ def _local_step(log_trans, group: Minibatch, state: CollapsedSVIState, emission,
     if config.hdp:
         out["pairs"] = scale * jnp.sum(local.log_no_transition, 0)
         out["departs"] = scale * jnp.sum(local.log_no_departure, 0)
+    if labelled is not None:
+        def hard():
+            labels = jnp.argmax(local.marginals, -1)  # (M, T) the most probable state of each step
+            n, first = transition_counts(labels, K, data.lengths)
+            ones = state_weights(labels, data.valid, K, dtype).reshape(M * T, K)
+            return (scale * jnp.concatenate([n, first[None]], 0).astype(dtype),
+                    _scale_tree(emission.sufficient_statistics(flatten_time(data.x), ones), scale))
+
+        out["labelled"] = lax.cond(labelled, hard, lambda: jax.tree_util.tree_map(jnp.zeros_like, (out["counts"], out["stats"])))
     return out
+
+
+#: the merge move is kept when the minibatch's predictive log-likelihood under the merged
+#: surrogate HMM is at least ``(1 + MERGE_TOLERANCE)`` times the unmerged one's (it is negative:
+#: a loss of at most 0.1%, about 0.004 nats per step at 4 nats per step)
+MERGE_TOLERANCE = 1e-3
+
+
+def _emission_merge_gains(emission, stats):
+    """``(K, K)``: ``log p(x_i, x_j) - log p(x_i) - log p(x_j)`` (the emission's log marginal
+    likelihood at the summed statistics against each state's; plus that of empty statistics,
+    which state ``j`` is left with, 0 for a proper prior), one state ``i`` at a time."""
+    own = emission.log_marginal_likelihood(stats)
+    empty = emission.log_marginal_likelihood(jax.tree_util.tree_map(jnp.zeros_like, stats))
+    joined = lax.map(lambda one: emission.log_marginal_likelihood(
+        jax.tree_util.tree_map(lambda a, b: a[None] + b, one, stats)), stats)
+    return joined - own[:, None] - own[None, :] + empty[None, :]
+
+
+def merge_states(state: CollapsedSVIState, labelled, emission, config: SCVIConfig) -> CollapsedSVIState:
+    r"""The merge move: merge pairs of states while the collapsed joint of the labelled minibatch gains.
+
+    ``labelled = (counts (K+1, K), stats)``: the transition counts and emission statistics of the
+    labels ``z_t = argmax_k q(z_t = k)`` of the minibatch, scaled to the data set.  Merging state
+    ``j`` into ``i`` relabels them and changes their collapsed log joint ``log p(x, z)`` (rows and
+    emission parameters integrated out, the top level at ``G[alpha pi_k]`` and ``kappa``) by the
+    transition term :func:`~numpyro_hdphmm._core.cvi.transition_merge_gains` plus the emission term
+    :func:`_emission_merge_gains`.  Greedily, the pair with the largest positive gain is merged
+    (:func:`~numpyro_hdphmm._core.cvi.merge_pair`) in the labels and in ``E[C]``, ``E[t]``; the
+    gains are recomputed among the states not merged yet, until no pair gains.  States holding
+    less than one expected step are left alone.  Returns the state with ``merges`` counted
+    (:func:`scvi_update` keeps it only if the minibatch's predictive likelihood holds).
+
+    Labels, not the zeroth-order objective at ``E[C]`` and ``E[t]``: where ``q`` is split between
+    two states that the fit has not yet told apart, ``log G(a + E[n])`` falls short of
+    ``E[log G(a + n)]`` (Jensen) for each half, and that objective merges distinct states
+    (``docs/collapsed_svi.md``, "Merge moves").
+    """
+    K = config.num_states
+
+    def gains(counts, stats, free):
+        g = cvi.transition_merge_gains(state.hdp.pseudo_counts, counts, config.kappa) + _emission_merge_gains(emission, stats)
+        ok = free & (jnp.sum(counts, 0) >= 1.0)
+        return jnp.where(ok[:, None] & ok[None, :], g, -jnp.inf)
+
+    def body(carry):
+        counts, stats, hard_counts, hard_stats, free, merges = carry
+        g = gains(hard_counts, hard_stats, free)
+        best = jnp.argmax(g)
+        i, j = best // K, best % K
+        go = g.reshape(-1)[best] > 0
+        pick = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new, old)
+        counts, stats = pick(cvi.merge_pair(counts, stats, i, j), (counts, stats))
+        hard_counts, hard_stats = pick(cvi.merge_pair(hard_counts, hard_stats, i, j), (hard_counts, hard_stats))
+        free = jnp.where(go, free.at[i].set(False).at[j].set(False), jnp.zeros_like(free))
+        return counts, stats, hard_counts, hard_stats, free, merges + go.astype(jnp.int32)
+
+    carry = (state.transition_counts, state.emission_stats, *labelled, jnp.ones((K,), bool), state.merges)
+    counts, stats, _, _, _, merges = lax.while_loop(lambda c: jnp.sum(c[4]) >= 2, body, carry)
+    return state._replace(transition_counts=counts, emission_stats=stats, merges=merges)
 
 
 def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig,
@@ -270,7 +357,7 @@ def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig,
 
     ``batch``: a :class:`Minibatch` or a tuple of them (the strata of a length-stratified minibatch:
     the sum of each stratum's statistics times ``N_b / M_b`` is an unbiased estimate of the data
-    set's, as ``(N / M)`` times the minibatch's is).  Steps 1-4 of the module docstring; ``loss`` is
+    set's, as ``(N / M)`` times the minibatch's is).  Steps 1-5 of the module docstring; ``loss`` is
     the negative of the zeroth-order estimate of the ELBO (eq. 8) on the minibatch, scaled to the
     data set: ``-(N/M) sum_B log Z_n + KL(q(pi_tilde) q(alpha) q(gamma) || p)``.  Under the
     zeroth-order approximation the collapsed bound of sequence ``n`` is ``E_q[log p(x^n, z^n | rest)]
@@ -279,9 +366,11 @@ def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig,
     """
     groups = (batch,) if isinstance(batch, Minibatch) else tuple(batch)
     dtype = state.transition_counts.dtype
+    merging = config.hdp and config.merge
+    check = ((state.step + 1) % config.hdp_every) == 0 if merging else None  # an HDP update follows
     # 1.-2. surrogate HMM and q(z^n) for every sequence of the minibatch
     log_trans = _surrogate(state, config)
-    parts = [_local_step(log_trans, g, state, emission, config, sharding) for g in groups]
+    parts = [_local_step(log_trans, g, state, emission, config, sharding, check) for g in groups]
     total = jax.tree_util.tree_map(lambda *a: sum(a[1:], a[0]), *parts)
     # 3. Robbins-Monro (eqs. 11-12, minibatch form)
     rho = jnp.asarray(config.step_size(state.step), dtype)
@@ -303,6 +392,19 @@ def scvi_update(state: CollapsedSVIState, batch, emission, config: SCVIConfig,
         new = new._replace(hdp=hdp, table_counts=acc[0], log_no_transition=acc[1], log_no_departure=acc[2],
                            table_batches=acc[3], hdp_step=state.hdp_step + now.astype(jnp.int32))
         kl = cvi.hdp_kl(hdp, config.priors, gamma=config.gamma)
+    # 5. merge move after each HDP update, kept if the minibatch's predictive likelihood holds
+    if merging:
+        def predictive(s):  # sum_B log Z_n of the minibatch under the surrogate HMM of s, scaled
+            log_t = _surrogate(s, config)
+            return sum(_local_step(log_t, g, s, emission, config, sharding)["elbo"] for g in groups)
+
+        def try_merges(s):
+            candidate = merge_states(s, total["labelled"], emission, config)
+            keep = lax.cond(candidate.merges > s.merges,
+                            lambda: predictive(candidate) >= predictive(s) * (1.0 + MERGE_TOLERANCE), lambda: jnp.zeros((), bool))
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), candidate, s)
+
+        new = lax.cond(check, try_merges, lambda s: s, new)
     return new, kl - total["elbo"]
 
 

@@ -59,6 +59,7 @@ class Convergence(NamedTuple):
     num_steps : int  updates made
     states_used : int or None  states holding at least 1% of the expected steps (``E[C]``'s columns)
     rtol : float
+    merges : int or None  states merged into others by the merge move so far
     """
 
     converged: bool
@@ -67,9 +68,11 @@ class Convergence(NamedTuple):
     num_steps: int
     states_used: Optional[int]
     rtol: float
+    merges: Optional[int] = None
 
     def __str__(self):
         used = "" if self.states_used is None else f", {self.states_used} states hold >= 1% of the steps"
+        used += "" if not self.merges else f", {self.merges} merged into others"
         verdict = "converged" if self.converged else "NOT converged (run more steps, or pass init_state= to continue)"
         return (f"{verdict}: the mean loss of the last {self.window} updates changed by {self.relative_change:.2e} "
                 f"(relative; rtol {self.rtol:g}) after {self.num_steps} updates{used}")
@@ -111,12 +114,17 @@ class CollapsedSVI:
         dropped).  The updates are those of the unsharded fitter up to the order of floating-point
         sums.
     :param sequence_axes: the mesh axes the sequences are split over (default: all of them).
+    :param merge: the merge move after each HDP update (default ``True`` with ``hdp=True``; the
+        finite HMM has none): pairs of states are merged while the collapsed joint of the
+        minibatch's most probable labels gains
+        (:func:`~numpyro_hdphmm.infer.collapsed_svi.core.merge_states`).  ``False`` runs the paper's
+        algorithm as printed.
     """
 
     def __init__(self, model, num_states: Optional[int] = None, batch_size: Optional[int] = None,
                  step_size=None, *, hdp: bool = True, collapsed: bool = True, transition_prior: float = 0.1,
                  hdp_batch_size: Optional[int] = None, num_sequences: Optional[int] = None, max_strata: int = 3,
-                 mesh: Any = "auto", sequence_axes=None):
+                 mesh: Any = "auto", sequence_axes=None, merge: Optional[bool] = None):
         if not callable(model):
             raise ValueError("`model` must be a NumPyro model (a callable).")
         self.model = model
@@ -138,6 +146,12 @@ class CollapsedSVI:
         if not (isinstance(transition_prior, (int, float)) and math.isfinite(transition_prior) and transition_prior > 0):
             raise ValueError(f"`transition_prior` must be a positive number, got {transition_prior!r}.")
         self._transition_prior = float(transition_prior)
+        if merge is not None and not isinstance(merge, (bool, np.bool_)):
+            raise ValueError(f"`merge` must be True or False, got {merge!r}.")
+        if merge and not self._hdp:
+            raise ValueError("`merge=True` merges states of the HDP-HMM, whose number of states is inferred; the finite "
+                             "HMM (hdp=False) has none: drop merge= or pass hdp=True.")
+        self._merge = self._hdp if merge is None else bool(merge)
         self._spec: Optional[ModelSpec] = None
         self._config: Optional[SCVIConfig] = None
         self._emission = None
@@ -301,7 +315,8 @@ class CollapsedSVI:
         config = SCVIConfig(
             num_states=K, hdp=self._hdp, collapsed=self._collapsed, kappa=kappa,
             transition_prior=self._transition_prior, step_size=self._step_size, hdp_every=L // M,
-            alpha=alpha, gamma=gamma, priors=cvi.HDPPriors(alpha=to_float(priors.alpha), gamma=to_float(priors.gamma)))
+            alpha=alpha, gamma=gamma, priors=cvi.HDPPriors(alpha=to_float(priors.alpha), gamma=to_float(priors.gamma)),
+            merge=self._merge)
         self._config, self._emission = config, emission
         k_pick, k_init = random.split(rng_key)
         take = min(M, available)
@@ -481,12 +496,12 @@ class CollapsedSVI:
         if losses.size >= 2 * window:
             last, before = losses[-window:].mean(), losses[-2 * window:-window].mean()
             change = abs(last - before) / max(abs(before), np.finfo(float).tiny)
-        used = None
+        used = merges = None
         if isinstance(state, CollapsedSVIState):
             share = np.asarray(state.transition_counts).sum(0)
             share = share / max(share.sum(), np.finfo(float).tiny)
-            used = int(np.sum(share >= 0.01))
-        return Convergence(bool(change < rtol), change, window, int(losses.size), used, float(rtol))
+            used, merges = int(np.sum(share >= 0.01)), int(state.merges)
+        return Convergence(bool(change < rtol), change, window, int(losses.size), used, float(rtol), merges)
 
     # ------------------------------------------------------------------ parameters
     def get_params(self, state: CollapsedSVIState) -> dict:

@@ -78,8 +78,12 @@ _EXACT_UPDATE = crp.sample_shared_base  # the variants below call it while it is
 
 
 def auxiliaries_ignored(key, counts, concentration, prior, max_total, scale_prior=None):
-    """Wrong: the scale from ``Gamma(a + m.., b)``, the ``Beta`` auxiliaries left out."""
-    phi, _ = _EXACT_UPDATE(key, counts, concentration, prior, max_total, None)
+    """Wrong: the scale from ``Gamma(a + m.., b)``, the ``Beta`` auxiliaries left out.  Where the
+    scale is held fixed (``scale_prior=None``: the data-driven start draws the base given its
+    states) there is no scale to get wrong: the exact update."""
+    phi, scale = _EXACT_UPDATE(key, counts, concentration, prior, max_total, None)
+    if scale_prior is None:
+        return phi, scale
     m_total = jnp.sum(crp.sample_crp_tables(jax.random.fold_in(key, 7), jnp.round(counts).astype(jnp.int32).reshape(-1),
                                             jnp.broadcast_to(concentration, counts.shape).reshape(-1), max_total))
     return phi, jax.random.gamma(jax.random.fold_in(key, 8), scale_prior[0] + m_total) / scale_prior[1]

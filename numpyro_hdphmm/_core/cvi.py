@@ -22,8 +22,9 @@ The pieces, each a pure jittable function:
 * :func:`stick_expectations`, :func:`geometric_pseudo_counts` (App. A) and
   :func:`hdp_update` (eqs. 14-16): the stochastic update of ``q(pi_tilde)``, ``q(alpha)`` and
   ``q(gamma)``;
-* :func:`transition_merge_gains` and :func:`merge_pair`: the pieces of the merge move of :func:`~numpyro_hdphmm.infer.collapsed_svi.core.scvi_update` (the change of
-  the collapsed transition evidence when two states become one).
+* :func:`transition_merge_gains` and :func:`merge_pair`: the pieces of the merge move of
+  :func:`~numpyro_hdphmm.infer.collapsed_svi.core.scvi_update` (the change of the collapsed
+  transition evidence when two states become one, and the merge itself).
 
 Everything is in log space where it matters (transitions, forward-backward, the probabilities
 of "no customer"); no function tests the type of anything.

@@ -315,8 +315,8 @@ def merge_states(state: CollapsedSVIState, labelled, emission, config: SCVIConfi
     transition term :func:`~numpyro_hdphmm._core.cvi.transition_merge_gains` plus the emission term
     :func:`_emission_merge_gains`.  Greedily, the pair with the largest positive gain is merged
     (:func:`~numpyro_hdphmm._core.cvi.merge_pair`) in the labels and in ``E[C]``, ``E[t]``; the
-    gains are recomputed among the states not merged yet, until no pair gains.  States holding
-    less than one expected step are left alone.  Returns the state with ``merges`` counted
+    gains are recomputed among the states not merged yet, until no pair gains.  States with less
+    than one labelled step (scaled to the data set) are left alone.  Returns the state with ``merges`` counted
     (:func:`scvi_update` keeps it only if the minibatch's predictive likelihood holds).
 
     Labels, not the zeroth-order objective at ``E[C]`` and ``E[t]``: where ``q`` is split between

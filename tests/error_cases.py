@@ -222,6 +222,9 @@ CASES: List[Case] = [
     Case("StickyHDPHMM", "an emission that is neither a family nor a callable", "emission",
          lambda: nh.StickyHDPHMM(1.0, 1.0, 1.0, "gaussian", max_states=4)),
     Case("HDPHMM", "an infinite gamma", "gamma", lambda: nh.HDPHMM(np.inf, 1.0, _niw(), max_states=4)),
+    Case("HDPHSMM", "`max_duration=None` with a custom duration law whose support reaches below 0", "duration",
+         lambda: nh.HDPHSMM(1.0, 1.0, lambda k: dist.DiscreteUniform(-2 * np.ones(4), 5), _niw(), max_states=4,
+                            max_duration=None)),
     # ---- hostile inputs, round 3: precision, integer range, ambiguous layouts, states given, traced data
     Case("nh.sample", "Poisson counts near 1e9, float32 (two regimes 6 sd apart would be merged)", "obs",
          _float32(lambda: _sample(em.Poisson(), np.repeat([1e9, 1e9 + 2e5], 25)))),

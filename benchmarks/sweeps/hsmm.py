@@ -82,15 +82,15 @@ def hsmm_model(K, max_duration):
     return model
 
 
-def ours_contender(y, K, max_duration, per_call, seed=0):
-    """``(Contender, init seconds)``: ``init`` (its compilation included) timed apart from the
-    sweep program's compilation (``Contender.compile_s``)."""
+def ours_contender(y, K, max_duration, per_call, seed=0, model=hsmm_model):
+    """``(Contender, init seconds)`` of ``WeakLimitGibbs`` on ``model(K, max_duration)``: ``init`` (its
+    compilation included) timed apart from the sweep program's compilation (``Contender.compile_s``)."""
     import jax
     import jax.numpy as jnp
 
     import numpyro_hdphmm as nh
 
-    kernel = nh.infer.WeakLimitGibbs(hsmm_model(K, max_duration))
+    kernel = nh.infer.WeakLimitGibbs(model(K, max_duration))
     args = (jnp.asarray(y),)
     t0 = time.perf_counter()
     state = jax.block_until_ready(kernel.init(jax.random.key(seed), 0, None, args, {}))
@@ -145,9 +145,10 @@ def run_config(T, K, D, worker, tmp, warmup, blocks, block_sweeps, per_call, say
     return rec
 
 
-def run_long(T, K, D, sweeps, per_call, say=print):
+def run_long(T, K, D, sweeps, per_call, say=print, model=hsmm_model):
+    """Ours alone on a long series (``model(K, D)``): ``{"ours": seconds per sweep of each call, ...}``."""
     y, truth = hsmm_data(T)
-    ours, init_s = ours_contender(y, K, D, per_call)
+    ours, init_s = ours_contender(y, K, D, per_call, model=model)
     times = []
     for _ in range(max(1, sweeps // per_call)):
         t0 = time.perf_counter()
@@ -211,17 +212,23 @@ def save(recs, long_rec, args, command, title=SECTION):
                         data={"configs": recs, "long": long_rec})
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def peer_parser(description: str, long_steps: int) -> argparse.ArgumentParser:
+    """The options of the HSMM runs against pyhsmm (this module and :mod:`.hsmm_negbin`)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--pyhsmm", metavar="PYTHON", help="Python of an environment with pyhsmm (else ours alone)")
     parser.add_argument("--pyhsmm-path", help="PYTHONPATH for the pyhsmm worker (an in-place build)")
     parser.add_argument("--quick", action="store_true", help="one tiny configuration; records nothing")
-    parser.add_argument("--long", action="store_true", help=f"also ours alone at T = {LONG[0]}")
+    parser.add_argument("--long", action="store_true", help=f"also ours alone at T = {long_steps}")
+    parser.add_argument("--per-call", type=int, default=5)
+    parser.add_argument("--no-save", action="store_true")
+    return parser
+
+
+def main(argv=None):
+    parser = peer_parser(__doc__.splitlines()[0], LONG[0])
     parser.add_argument("--extra", action="store_true",
                         help=f"K = 50 instead of the default configurations (section {SECTION_EXTRA!r})")
     parser.add_argument("--sweeps-scale", type=float, default=1.0, help="scales the blocks of every configuration")
-    parser.add_argument("--per-call", type=int, default=5)
-    parser.add_argument("--no-save", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if any(c[3] % args.per_call or c[5] % args.per_call for c in CONFIGS + QUICK + EXTRA):

@@ -11,6 +11,10 @@ JSON-lines protocol on stdin / the original stdout (library prints go to stderr)
   weak-limit sampler, C++ messages HSMMStatesEigen) with PoissonDuration(alpha_0=c, beta_0=r) (d - 1 ~
   Poisson(lambda), lambda ~ Gamma(c, rate r): numpyro-hdphmm's durations.Poisson(c, r)) and
   add_data(trunc=D) (durations at most D); the NIW prior is the same as for the HMM.
+  With "duration": "negbin" (and "r_max": R, "p_concentration1": a, "p_concentration0": b, no
+  "max_duration"): WeakLimitHDPHSMMIntNegBin (the phase embedding of integer-r negative-binomial
+  durations) with NegativeBinomialIntegerR2Duration (d - 1 ~ NB(r, p), r uniform on 1..R, p ~
+  Beta(a, b): numpyro-hdphmm's durations.NegativeBinomial(a, b, r_values=1..R)), untruncated.
 """
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see README: multithreaded OpenBLAS is ~20x slower here
@@ -34,6 +38,17 @@ def build(y, L, seed, hsmm=None):
     mu0 = y.mean(0)
     S0 = np.cov(y.T, bias=True).reshape(D, D) + 1e-6 * np.eye(D)
     obs = [Gaussian(mu_0=mu0, sigma_0=S0, kappa_0=0.01, nu_0=D + 2.0) for _ in range(L)]
+    if hsmm is not None and hsmm.get("duration") == "negbin":
+        from pyhsmm.basic.distributions import NegativeBinomialIntegerR2Duration
+        R = int(hsmm["r_max"])
+        dur = [NegativeBinomialIntegerR2Duration(alpha_0=hsmm["p_concentration1"], beta_0=hsmm["p_concentration0"],
+                                                 r_support=np.arange(1, R + 1), r_probs=np.full(R, 1.0 / R))
+               for _ in range(L)]
+        m = pyhsmm.models.WeakLimitHDPHSMMIntNegBin(alpha=hsmm["alpha"], gamma=hsmm["gamma"],
+                                                    init_state_concentration=hsmm["alpha"], obs_distns=obs,
+                                                    dur_distns=dur)
+        m.add_data(y)
+        return m
     if hsmm is not None:
         from pyhsmm.basic.distributions import PoissonDuration
         dur = [PoissonDuration(alpha_0=hsmm["dur_concentration"], beta_0=hsmm["dur_rate"]) for _ in range(L)]

@@ -163,6 +163,11 @@ fig.tight_layout()
 #   and renormalized, and a sweep costs ``O(T K max_duration)``.  Choose it well above the longest
 #   segment you expect; the sweep's ``at_max_duration`` field (``extra_fields=("at_max_duration",)``)
 #   flags sweeps with a segment that long, the sign that the truncation binds.
+# * ``max_duration=None`` keeps the untruncated laws.  With negative-binomial durations (``r`` on its
+#   finite grid) or geometric ones the sampler then runs through a chain of phases per state,
+#   ``O(T K (max(r) + K))`` per sweep whatever the segment lengths: the choice for long series and
+#   long segments.  Other families without truncation run the explicit-duration messages over every
+#   duration up to the sequence length (``O(T^2 K)``), fine for a few thousand steps.
 # * The last segment of each sequence is right-censored (it may go on after the data end); pass
 #   ``left_censoring=True`` when the recording also starts in the middle of a segment.
 #

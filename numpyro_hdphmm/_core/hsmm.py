@@ -58,6 +58,8 @@ __all__ = [
     "without_self_transitions",
     "hsmm_backward",
     "hsmm_sample",
+    "hsmm_sample_fast",
+    "masked_likelihoods",
     "hsmm_log_prob",
     "segments",
     "sample_segments",
@@ -120,7 +122,9 @@ def without_self_transitions(rows):
     return jnp.where(jnp.isfinite(total), log_off[:, :k] - total, uniform)
 
 
-def _prepared(ll, mask, length):
+def masked_likelihoods(ll, mask=None, length=None):
+    """``(ll (T, K), length)``: the emission log-likelihoods with missing steps (``mask`` False) and
+    padding (``t >= length``) set to 0, and ``length`` as an int32 scalar (``T`` when None)."""
     t_max = ll.shape[0]
     length = jnp.asarray(t_max if length is None else length, jnp.int32)
     keep = jnp.arange(t_max) < length
@@ -146,7 +150,7 @@ def hsmm_backward(log_init, log_trans, log_dur, log_surv, ll, mask=None, length=
 
     ``log_init (K,)``, ``log_trans (K, K)``, ``log_dur``/``log_surv (K, D)``, ``ll (T, K)``,
     ``mask (T,)``, ``length`` (scalar, may be traced)."""
-    ll, length = _prepared(ll, mask, length)
+    ll, length = masked_likelihoods(ll, mask, length)
     t_max, k = ll.shape
     num_d = log_dur.shape[-1]
     dtype = ll.dtype
@@ -187,7 +191,91 @@ def hsmm_sample(rng_key, log_init, log_trans, log_dur, log_surv, ll, mask=None, 
     steps copy the last valid state."""
     msgs = hsmm_backward(log_init, log_trans, log_dur, log_surv, ll, mask, length,
                          right_censored=right_censored, first=first)
-    ll, length = _prepared(ll, mask, length)
+    ll, length = masked_likelihoods(ll, mask, length)
+    return _sample_forward(rng_key, msgs, log_init, log_trans, log_dur, log_surv, ll, length, right_censored,
+                           first), msgs.marginal_loglik
+
+
+def hsmm_sample_fast(rng_key, log_init, log_trans, log_dur, log_surv, ll, mask=None, length=None, *,
+                     right_censored: bool = True, first: Optional[Tuple] = None):
+    r""":func:`hsmm_sample` with the backward messages in rescaled probability space
+    (:func:`_scaled_backward`): ``(states (T,), marginal_loglik, ok)``.  ``ok`` is False when a
+    step's messages underflowed or overflowed, and then ``states`` must not be used (the samplers
+    keep the previous ones: ``ok`` depends only on the conditioning values, so skipping the update
+    leaves the target invariant, as with :func:`numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`)."""
+    ll, length = masked_likelihoods(ll, mask, length)
+    msgs, ok = _scaled_backward(log_init, log_trans, log_dur, log_surv, ll, length, right_censored, first)
+    states = _sample_forward(rng_key, msgs, log_init, log_trans, log_dur, log_surv, ll, length, right_censored, first)
+    return states, msgs.marginal_loglik, ok
+
+
+def _scaled_backward(log_init, log_trans, log_dur, log_surv, ll, length, right_censored, first):
+    r"""The recursions of :func:`hsmm_backward` in rescaled probability space: ``(HSMMMessages, ok)``.
+
+    With per-step constants ``c_s > 0`` and ``C_t = prod_{s >= t} c_s``, the scaled messages
+    ``S^_t = S_t / C_t`` and ``E^_t = E_t / C_{t+1}`` obey the same recursions with the emissions
+    ``e_s / c_s``: ``E^_t = A S^_{t+1}`` and ``S^_t(j) = sum_d p_j(d) X_t(d, j)``, where ``X_t(d, j) =
+    prod_{s=t}^{t+d-1} (e_s(j) / c_s) E^_{t+d-1}(j)`` (the window and its end in one array) obeys
+    ``X_t(1) = (e_t / c_t) E^_t`` and ``X_t(d) = (e_t / c_t) X_{t+1}(d - 1)``: one shift and one
+    product per step.  ``c_t = max_k e_t(k) sigma_t`` with ``sigma_t`` the largest unscaled
+    ``S^_t(j)``, so that ``max S^_t = 1``.  ``E^`` is 0 past the end, so windows that run past it
+    vanish by themselves; the censored last segment's term swaps ``p_j(d)`` for ``P_j(D >= d)`` at
+    ``d = n - t``.  The transitions, duration laws and ``e_t / max_k e_t`` are exponentiated once,
+    outside the loop; a step costs ``O(D K + K^2)`` multiplications and additions, no ``exp`` or
+    ``log``.  The log messages are ``log S^_t + log C_t`` and ``log E^_t + log C_{t+1}``.  ``ok`` is
+    False when some ``sigma_t`` fell below ``sqrt(tiny)`` or was not finite."""
+    t_max, k = ll.shape
+    num_d = log_dur.shape[-1]
+    dtype = ll.dtype
+    trans = jnp.exp(log_trans)
+    law, surv = jnp.exp(log_dur), jnp.exp(log_surv)  # (K, D): durations along the last (vectorized) axis
+    top = jnp.max(ll, axis=-1)
+    emit = jnp.exp(ll - top[:, None])
+    threshold = jnp.sqrt(jnp.finfo(dtype).tiny)
+
+    def starts(law_t, surv_t, x, t):
+        raw = jnp.sum(law_t * x, axis=-1)
+        if not right_censored:
+            return raw
+        at = jnp.clip(length - t - 1, 0, num_d - 1)  # the censored last segment: d = length - t
+        fix = (surv_t[:, at] - law_t[:, at]) * x[:, at]
+        return raw + jnp.where((length - t >= 1) & (length - t <= num_d), fix, 0.0)
+
+    def body(carry, t):
+        x_next, start_next, scale_next = carry  # X_{t+1} (K, D), not yet divided by sigma_{t+1}
+        end_t = jnp.where(t == length - 1, jnp.ones((k,), dtype), trans @ start_next)
+        end_t = jnp.where(t < length, end_t, 0.0)
+        x = jnp.concatenate([end_t[:, None], x_next[:, :-1] / scale_next], -1) * emit[t][:, None]
+        raw = starts(law, surv, x, t)
+        sigma = jnp.max(raw)
+        valid = t < length
+        good = jnp.isfinite(sigma) & (sigma >= threshold)
+        scale = jnp.where(valid & (sigma > 0) & jnp.isfinite(sigma), sigma, 1.0)
+        start_t = raw / scale
+        log_c = jnp.where(valid, top[t] + jnp.log(scale), 0.0)
+        return (x, start_t, scale), (end_t, start_t, log_c, ~valid | good)
+
+    init = (jnp.zeros((k, num_d), dtype), jnp.zeros((k,), dtype), jnp.ones((), dtype))
+    (x, _, scale0), (end, start, log_c, good) = lax.scan(body, init, jnp.arange(t_max), reverse=True)
+    log_scale = jnp.flip(jnp.cumsum(jnp.flip(log_c)))  # log C_t
+    log_scale_next = jnp.concatenate([log_scale[1:], jnp.zeros((1,), dtype)])  # log C_{t+1}
+    tiny = jnp.finfo(dtype).tiny
+    safe_log = lambda v: jnp.where(v > 0, jnp.log(jnp.maximum(v, tiny)), -jnp.inf)
+    log_start = safe_log(start) + log_scale[:, None]
+    log_end = safe_log(end) + log_scale_next[:, None]
+    if first is None:
+        start_first = log_start[0]
+    else:
+        first_dur, first_surv = (jnp.exp(a) for a in first)
+        start_first = safe_log(starts(first_dur, first_surv, x / scale0, 0)) + log_scale[0]
+    marginal = logsumexp(log_init + start_first)
+    ok = jnp.all(good) & jnp.isfinite(marginal)
+    return HSMMMessages(log_end, log_start, start_first, marginal), ok
+
+
+def _sample_forward(rng_key, msgs: HSMMMessages, log_init, log_trans, log_dur, log_surv, ll, length, right_censored,
+                    first):
+    """The forward sampling of :func:`hsmm_sample` from its backward messages (``ll`` prepared)."""
     t_max, k = ll.shape
     num_d = log_dur.shape[-1]
     dtype = ll.dtype
@@ -215,8 +303,7 @@ def hsmm_sample(rng_key, log_init, log_trans, log_dur, log_surv, ll, mask=None, 
     init = (jnp.int32(0), jnp.int32(0), rng_key, jnp.zeros((t_max,), jnp.int32), jnp.zeros((t_max,), bool))
     _, _, _, seg_state, is_start = lax.while_loop(lambda c: c[0] < length, body, init)
     last_start = lax.cummax(jnp.where(is_start, jnp.arange(t_max), 0), axis=0)
-    states = seg_state[last_start]
-    return states.astype(jnp.int32), msgs.marginal_loglik
+    return seg_state[last_start].astype(jnp.int32)
 
 
 def segments(states, length=None):
@@ -338,7 +425,7 @@ def hsmm_viterbi(log_init, log_trans, log_dur, log_surv, ll, mask=None, length=N
     duration.  Padded steps copy the last valid state.  ``O(T K (D + K))``."""
     log_init, log_trans, log_dur, log_surv = (jnp.asarray(a) for a in (log_init, log_trans, log_dur, log_surv))
     first = None if first is None else tuple(jnp.asarray(a) for a in first)
-    ll, length = _prepared(ll, mask, length)
+    ll, length = masked_likelihoods(ll, mask, length)
     log_end, log_start, start_first, best = _max_backward(log_init, log_trans, log_dur, log_surv, ll, length,
                                                           right_censored, first)
     t_max, k = ll.shape
@@ -408,7 +495,7 @@ def hsmm_forward(log_init, log_trans, log_dur, log_surv, ll, mask=None, length=N
     last ``D`` values of ``B`` and the window sums in its carry: ``O(T K (D + K))``."""
     log_init, log_trans, log_dur, log_surv = (jnp.asarray(a) for a in (log_init, log_trans, log_dur, log_surv))
     first = None if first is None else tuple(jnp.asarray(a) for a in first)
-    ll, length = _prepared(ll, mask, length)
+    ll, length = masked_likelihoods(ll, mask, length)
     t_max, k = ll.shape
     num_d = log_dur.shape[-1]
     dtype = ll.dtype

@@ -12,8 +12,10 @@ family                 law of a duration ``d in {1, 2, ...}``          parameter
 ``Custom(fn, num_states)``: any discrete NumPyro distribution over the duration itself, ``fn: k ->
 Distribution`` built from the user's own sites (updated by the kernels' inner NUTS kernel).
 
-Every family is the untruncated law; the HSMM models truncate it to ``{1, ..., max_duration}``
-and renormalize (:mod:`numpyro_hdphmm.durations.base`).  The model declares the site
+Every family is the untruncated law; the HSMM model truncates it to ``{1, ..., max_duration}``
+and renormalizes, or keeps it with ``max_duration=None`` (then with its survival function
+``log_survival``, and, for the negative binomial with integer ``r`` and the geometric, its chain
+of phases ``phase_embedding``; :mod:`numpyro_hdphmm.durations.base`).  The model declares the site
 ``f"{name}_duration_{p}"`` for each parameter ``p``.
 """
 

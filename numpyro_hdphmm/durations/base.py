@@ -6,13 +6,16 @@ duration distribution ``p(d | theta_k)``.  A duration family holds the prior ``p
 of the parameters ``theta`` (hyperparameters ``lambda``) and the law ``p(d | theta)`` of a
 duration ``d in {1, 2, ...}``.
 
-Truncation.  A family describes the UNTRUNCATED law on ``{1, 2, ...}``.  The HSMM models
-(:class:`numpyro_hdphmm.HDPHSMM`, :class:`numpyro_hdphmm.HSMM`) truncate it to ``{1, ...,
-max_duration}`` and renormalize, ``p_trunc(d | theta) = p(d | theta) / sum_{d' <= max_duration}
+Truncation.  A family describes the UNTRUNCATED law on ``{1, 2, ...}``.  The HSMM model
+(:class:`numpyro_hdphmm.HDPHSMM`) with an integer ``max_duration`` truncates it to ``{1, ...,
+max_duration}`` and renormalizes, ``p_trunc(d | theta) = p(d | theta) / sum_{d' <= max_duration}
 p(d' | theta)``, from :meth:`DurationFamily.log_pmf`; the families do nothing about truncation
 (their :meth:`~DurationFamily.mean` is the untruncated mean, and a family whose law puts mass on
 ``d = 0``, such as a :class:`~numpyro_hdphmm.durations.Custom` Poisson, loses that mass in the
-renormalization).
+renormalization).  With ``max_duration=None`` the model keeps the untruncated law; it then needs
+the survival function (:meth:`DurationFamily.log_survival`), and a family whose law is
+phase-type (:meth:`DurationFamily.phase_embedding`) lets the sampler draw the segmentations
+through a chain of phases (:mod:`numpyro_hdphmm._core.phases`).
 
 Families are JAX pytrees like the emission families (:mod:`numpyro_hdphmm.emissions`): the
 hyperparameters are the leaves, the static configuration (e.g. the support of a finite prior) is
@@ -46,6 +49,8 @@ from numpyro_hdphmm._core.validation import as_parameter, check_positive, is_con
 
 __all__ = [
     "DurationFamily",
+    "cumulative_log_survival",
+    "underflow_floor",
     "DurationStatistics",
     "duration_statistics",
     "duration_site",
@@ -142,6 +147,56 @@ def open_unit_interval(p):
     return jnp.clip(p, jnp.finfo(dtype).tiny, jnp.nextafter(jnp.ones((), dtype), jnp.zeros((), dtype)))
 
 
+def cumulative_log_survival(log_pmf, closed_form=None):
+    r"""``log P(D >= d)`` for ``d = 1..D`` of a law on ``{1, 2, ...}`` from its ``log_pmf (D, K)``,
+    differentiable.
+
+    Two sums of the pmf: the complement ``log(1 - sum_{d' < d} p(d'))`` (cumulative ``logsumexp``,
+    then ``log1mexp``), whose absolute error is a few ``eps``, used while it exceeds ``10^3 eps``
+    (relative error below ``10^-3``); beyond, the tail on the grid ``logsumexp_{d <= d' <= D}
+    log p(d')``, a lower bound whose missing part (``P(D > max_duration)``) is then below ``10^3
+    eps`` and, for the decreasing tails of the families, small against the sum.
+
+    ``closed_form (D, K)`` (optional): the family's own log survival function
+    (:meth:`DurationFamily.log_survival`), taken wherever it is above ``10^3`` times the smallest
+    normal number (:func:`underflow_floor`)."""
+    log_pmf = jnp.asarray(log_pmf)
+    finfo = jnp.finfo(log_pmf.dtype)
+    below = jax.lax.cumlogsumexp(log_pmf, axis=0)
+    below = jnp.concatenate([jnp.full_like(below[:1], -jnp.inf), below[:-1]], 0)  # log P(D <= d - 1)
+    small = below < -jnp.log(2.0)
+    safe = jnp.minimum(below, 0.0)
+    complement = jnp.where(small, jnp.log1p(-jnp.exp(jnp.where(small, safe, -1.0))),
+                           jnp.log(-jnp.expm1(jnp.where(small, -1.0, safe))))
+    tail = jnp.flip(jax.lax.cumlogsumexp(jnp.flip(log_pmf, 0), axis=0), 0)
+    if log_pmf.shape[0] >= 2:
+        log_rho = log_pmf[-1] - log_pmf[-2]
+        decays = jnp.isfinite(log_rho) & (log_rho < 0.0)
+        safe_rho = jnp.where(decays, log_rho, -1.0)
+        beyond = jnp.where(decays, log_pmf[-1] + safe_rho - jnp.log(-jnp.expm1(safe_rho)), -jnp.inf)
+        tail = jnp.logaddexp(tail, beyond)
+    out = jnp.where((below < 0.0) & (complement > jnp.log(1e3 * finfo.eps)), complement, tail)
+    if closed_form is not None:
+        out = jnp.where(closed_form > jnp.log(1e3 * finfo.tiny), closed_form, out)
+    return out
+
+
+def underflow_floor(survival, log_pmf, log_pmf_next):
+    """``log survival`` from a closed-form survival probability ``P(D >= d)``, and where that is below
+    ``10^3`` times the smallest normal number (the incomplete gamma and beta functions lose their
+    digits to underflow there) the tail extrapolated geometrically from ``log p(d)`` and ``log p(d +
+    1)``: ``log p(d) - log(1 - rho)``, ``rho = p(d + 1) / p(d)`` (exact for a geometric tail; for the
+    log-concave tails of the built-in families an upper bound whose relative error falls with ``d``
+    like the change of ``rho``; ``log p(d)`` itself when ``rho >= 1``)."""
+    tiny = jnp.finfo(jnp.result_type(survival)).tiny
+    ok = survival > 1e3 * tiny
+    log_rho = log_pmf_next - log_pmf
+    decays = jnp.isfinite(log_rho) & (log_rho < 0.0)
+    safe_rho = jnp.where(decays, log_rho, -1.0)
+    tail = log_pmf - jnp.where(decays, jnp.log(-jnp.expm1(safe_rho)), 0.0)
+    return jnp.where(ok, jnp.log(jnp.where(ok, survival, 1.0)), tail)
+
+
 class DurationFamily:
     """Base class of the duration families (see the module docstring).
 
@@ -181,6 +236,33 @@ class DurationFamily:
     def mean(self, params: Params) -> jax.Array:
         """``E[D | theta_k]`` of the untruncated law: ``(K,)``."""
         raise NotImplementedError
+
+    def log_survival(self, params: Params, durations) -> jax.Array:
+        """``log P(D >= d | theta_k)`` of the untruncated law in closed form: ``durations`` integers of
+        any shape ``S``, returns ``S + (K,)``.  Families without a closed form raise
+        ``NotImplementedError`` (the default); :meth:`log_survival_table` then sums the pmf."""
+        raise NotImplementedError(f"{type(self).__name__}: no closed-form survival function")
+
+    def log_survival_table(self, params: Params, max_duration: int) -> jax.Array:
+        """``log P(D >= d | theta_k)`` for ``d = 1..max_duration`` (static): ``(max_duration, K)``, by
+        :func:`cumulative_log_survival` from the pmf, with :meth:`log_survival` where the family has it."""
+        grid = jnp.arange(1, max_duration + 1)
+        try:
+            closed = self.log_survival(params, grid)
+        except NotImplementedError:
+            closed = None
+        return cumulative_log_survival(self.log_pmf(params, grid), closed)
+
+    def log_mass_from_one(self, params: Params):
+        """``log P(D >= 1 | theta_k)``: ``0`` for a law on ``{1, 2, ...}`` (every built-in family);
+        :class:`~numpyro_hdphmm.durations.Custom` overrides it for a distribution that also puts mass on
+        ``d = 0``, which the untruncated model (``max_duration=None``) conditions away."""
+        return jnp.zeros(())
+
+    def phase_embedding(self, params: Params):
+        """The law as a chain of phases, :class:`numpyro_hdphmm._core.phases.PhaseTables`, or ``None``
+        when it is not phase-type with a static number of phases (the default)."""
+        return None
 
     # ------------------------------------------------------------------ posterior
     def sample_posterior(self, rng_key, params: Params, durations, states, weights, num_states: int) -> Params:

@@ -35,10 +35,11 @@ from typing import Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro.distributions.distribution import Distribution
 
-from numpyro_hdphmm._core.validation import check_static_int
-from numpyro_hdphmm.durations.base import DurationFamily, below_support
+from numpyro_hdphmm._core.validation import check_static_int, is_concrete
+from numpyro_hdphmm.durations.base import DurationFamily, below_support, cumulative_log_survival
 
 __all__ = ["Custom"]
 
@@ -126,6 +127,39 @@ class Custom(DurationFamily):
         bad, d = below_support(durations)
         lp = self.distribution.log_prob(d[..., None])
         return jnp.where(bad[..., None], -jnp.inf, lp)
+
+    def lowest_duration(self):
+        """The lower bound of the distribution's support as a Python integer, or ``None`` when it is
+        not a concrete scalar (e.g. unbounded below, or per-state traced bounds)."""
+        bound = getattr(self.distribution.support, "lower_bound", None)
+        if bound is None or not is_concrete(bound) or jnp.ndim(bound) > 0 and len(set(np.ravel(bound))) != 1:
+            return None
+        return int(np.ravel(np.asarray(bound))[0])
+
+    def log_mass_from_one(self, params):
+        """``log P(D >= 1) = log(1 - P(D = 0))`` for a support starting at 0 (``(K,)``), ``0`` for a
+        support starting at 1 or above.  A support reaching below 0 raises ``ValueError`` (the untruncated
+        model needs the law on ``{1, 2, ...}`` up to its mass at 0)."""
+        low = self.lowest_duration()
+        if low is None or low < 0:
+            raise ValueError(
+                "`duration`: max_duration=None keeps the untruncated law conditioned on d >= 1, which needs a "
+                f"distribution whose support starts at 0 or above, got support {self.distribution.support}; give "
+                "an integer max_duration (the law is then restricted to 1..max_duration)."
+            )
+        if low >= 1:
+            return jnp.zeros(())
+        at_zero = self.distribution.log_prob(jnp.zeros((self.num_states,), jnp.int32))
+        at_zero = jnp.minimum(at_zero, 0.0)
+        return jnp.where(at_zero < -jnp.log(2.0), jnp.log1p(-jnp.exp(at_zero)), jnp.log(-jnp.expm1(at_zero)))
+
+    def log_survival_table(self, params, max_duration: int):
+        """``log P(D >= d)`` for ``d = 1..max_duration``: the pmf summed as in
+        :func:`~numpyro_hdphmm.durations.base.cumulative_log_survival`, over the law conditioned on
+        ``d >= 1`` and scaled back by :meth:`log_mass_from_one`: ``(max_duration, K)``."""
+        mass = self.log_mass_from_one(params)
+        log_pmf = self.log_pmf(params, jnp.arange(1, max_duration + 1))
+        return cumulative_log_survival(log_pmf - mass) + mass
 
     def mean(self, params):
         """The distribution's ``mean``: ``(K,)`` (untruncated, including any mass it puts on ``d < 1``)."""

@@ -24,6 +24,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import xlogy
 
 from numpyro_hdphmm._core import random as draws
+from numpyro_hdphmm._core.phases import PhaseTables
 from numpyro_hdphmm._core.validation import is_concrete
 from numpyro_hdphmm.durations.base import (
     DurationFamily,
@@ -96,6 +97,18 @@ class Geometric(DurationFamily):
     def mean(self, params):
         """``1 / (1 - stay_k)``: ``(K,)``."""
         return 1.0 / (1.0 - params["stay"])
+
+    def log_survival(self, params, durations):
+        """``log P(D >= d) = (d - 1) log stay_k``: ``S + (K,)``, ``0`` for ``d <= 1``."""
+        stay = params["stay"]
+        d = jnp.maximum(jnp.asarray(durations), 1).astype(stay.dtype)[..., None]
+        return xlogy(d - 1.0, stay)
+
+    def phase_embedding(self, params):
+        """One phase per state: stay with probability ``stay_k``
+        (:class:`~numpyro_hdphmm._core.phases.PhaseTables`)."""
+        stay = params["stay"]
+        return PhaseTables(jnp.zeros(stay.shape + (1,), stay.dtype), jnp.log(stay), jnp.log1p(-stay))
 
     def sample_posterior(self, rng_key, params, durations, states, weights, num_states: int):
         """``stay_k ~ Beta(concentration1 + S_k, concentration0 + n_k)`` (module docstring); exact,

@@ -43,17 +43,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.scipy.special import betaln
+from jax.scipy.special import betainc, betaln
 from numpyro.distributions import constraints
 
 from numpyro_hdphmm._core import random as draws
+from numpyro_hdphmm._core.phases import negative_binomial_phases
 from numpyro_hdphmm._core.slice_sampling import slice_sample
 from numpyro_hdphmm._core.validation import as_parameter, is_concrete
-from numpyro_hdphmm.durations._numerics import log_count_coefficient, negative_binomial_log_pmf
+from numpyro_hdphmm.durations._numerics import (integer_count_coefficients, log_count_coefficient,
+                                                negative_binomial_log_pmf)
 from numpyro_hdphmm.durations.base import (
     DurationFamily,
     as_hyperparameter,
     below_support,
+    underflow_floor,
     check_mean_duration,
     check_overrides,
     duration_site,
@@ -293,6 +296,30 @@ class NegativeBinomial(DurationFamily):
         p = params["p"]
         return 1.0 + jnp.asarray(params["r"]).astype(p.dtype) * p / (1.0 - p)
 
+    def log_survival(self, params, durations):
+        """``log P(D >= d) = log I_p(d - 1, r)`` (the regularized incomplete beta function: ``P(X >= a)
+        = I_p(a, r)`` for ``X ~ NB(r, p)`` counting successes), ``0`` for ``d <= 1``: ``S + (K,)``; where
+        it underflows, its tail extrapolated from the pmf
+        (:func:`~numpyro_hdphmm.durations.base.underflow_floor`).  With the finite prior on ``r`` only:
+        JAX's ``betainc`` has no gradient in ``r``, so the Gamma prior's real ``r`` raises
+        ``NotImplementedError`` and :meth:`log_survival_table` sums the pmf (differentiably)."""
+        if not self.integer_r:
+            raise NotImplementedError("NegativeBinomial.gamma_r: no differentiable closed-form survival function")
+        p = params["p"]
+        r = jnp.asarray(params["r"]).astype(p.dtype)
+        d = jnp.maximum(jnp.asarray(durations), 1)
+        a = (d.astype(p.dtype) - 1.0)[..., None]
+        tail = betainc(jnp.maximum(a, 1.0), r, p)
+        return underflow_floor(jnp.where(a == 0, 1.0, tail), self.log_pmf(params, d),
+                               self.log_pmf(params, d + 1))
+
+    def phase_embedding(self, params):
+        """With the finite prior on ``r``: the ``max(r_values)`` phases of each state
+        (:func:`numpyro_hdphmm._core.phases.negative_binomial_phases`); ``None`` with the Gamma prior."""
+        if not self.integer_r:
+            return None
+        return negative_binomial_phases(params["r"], params["p"], max(self.r_values))
+
     # ------------------------------------------------------------------ posterior
     def log_r_marginal(self, r, durations, states, weights, num_states: int):
         """``log p(x_k | r)`` with ``p`` integrated out (module docstring), for each state ``k`` and each
@@ -317,6 +344,22 @@ class NegativeBinomial(DurationFamily):
         n = stats.count.reshape((-1,) + extra)
         return per_state + betaln(c1 + s, c0 + n * r) - betaln(c1, c0)
 
+    def _integer_log_r_marginal(self, durations, states, weights, num_states: int):
+        """:meth:`log_r_marginal` at the candidates ``r_values`` of the finite prior, the same for every
+        state: ``(K, R)``, the coefficients by
+        :func:`~numpyro_hdphmm.durations._numerics.integer_count_coefficients` (a cumulative sum of
+        ``log1p``)."""
+        dtype = self.concentration1.dtype
+        stats = duration_statistics(durations, states, weights, num_states, dtype)
+        x = jnp.asarray(durations).astype(dtype) - 1.0
+        w = jnp.asarray(weights, dtype)
+        terms = jnp.where(w[:, None] > 0, integer_count_coefficients(jnp.maximum(x, 0.0), self.r_values), 0.0)
+        per_state = jax.ops.segment_sum(terms, jnp.asarray(states), num_segments=num_states)  # (K, R)
+        r = jnp.asarray(self.r_values, dtype)[None, :]
+        c1 = self._per_state(self.concentration1, num_states)[:, None]
+        c0 = self._per_state(self.concentration0, num_states)[:, None]
+        return (per_state + betaln(c1 + stats.excess[:, None], c0 + stats.count[:, None] * r) - betaln(c1, c0))
+
     def sample_posterior(self, rng_key, params, durations, states, weights, num_states: int):
         """``r_k | x`` (finite prior: exact categorical draw over ``r_values``; Gamma prior: one slice
         update of ``log r_k`` from ``params["r"]``), then ``p_k | r_k, x ~ Beta(concentration1 + S_k,
@@ -327,8 +370,7 @@ class NegativeBinomial(DurationFamily):
         stats = duration_statistics(durations, states, weights, num_states, dtype)
         if self.integer_r:
             values = jnp.asarray(self.r_values, jnp.int32)
-            cand = jnp.broadcast_to(values.astype(dtype), (num_states, values.shape[0]))
-            logits = jnp.log(self.r_probs) + self.log_r_marginal(cand, durations, states, weights, num_states)
+            logits = jnp.log(self.r_probs) + self._integer_log_r_marginal(durations, states, weights, num_states)
             r = values[jax.random.categorical(k_r, logits, axis=-1)]
         else:
             r = self._slice_r(k_r, k_prior, jnp.asarray(params["r"], dtype), durations, states, weights, num_states,

@@ -20,10 +20,12 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
+from jax.scipy.special import gammainc
 
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm.durations._numerics import poisson_log_pmf
 from numpyro_hdphmm.durations.base import (
+    underflow_floor,
     DurationFamily,
     as_hyperparameter,
     below_support,
@@ -100,6 +102,18 @@ class Poisson(DurationFamily):
     def mean(self, params):
         """``1 + rate_k``: ``(K,)``."""
         return 1.0 + params["rate"]
+
+    def log_survival(self, params, durations):
+        """``log P(D >= d) = log P(d - 1, rate_k)`` (the regularized lower incomplete gamma function:
+        ``P(X >= a) = P(a, lambda)`` for ``X ~ Poisson(lambda)``), ``0`` for ``d <= 1``: ``S + (K,)``;
+        where it underflows, its tail extrapolated from the pmf
+        (:func:`~numpyro_hdphmm.durations.base.underflow_floor`)."""
+        lam = jnp.maximum(params["rate"], jnp.finfo(params["rate"].dtype).tiny)
+        d = jnp.maximum(jnp.asarray(durations), 1)
+        a = (d.astype(lam.dtype) - 1.0)[..., None]
+        tail = gammainc(jnp.maximum(a, 1.0), lam)
+        return underflow_floor(jnp.where(a == 0, 1.0, tail), self.log_pmf(params, d),
+                               self.log_pmf(params, d + 1))
 
     def sample_posterior(self, rng_key, params, durations, states, weights, num_states: int):
         """``rate_k ~ Gamma(concentration + S_k, rate + n_k)`` (module docstring); exact, ``params``

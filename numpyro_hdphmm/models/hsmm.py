@@ -17,7 +17,12 @@ segments never share a state), each segment's duration from its state's duration
 
 ``max_duration`` (``D``) is part of the model: each state's duration law is its family's law
 restricted to ``{1, ..., D}`` and renormalized (choose ``D`` well above the longest segment you
-expect; :meth:`HDPHSMM.site_roles`).  The last segment of a sequence is right-censored by default
+expect; :meth:`HDPHSMM.site_roles`).  ``max_duration=None`` keeps the family's untruncated law on
+``{1, 2, ...}``: a segment is then bounded only by its sequence, the messages run over durations
+up to the sequence length (``O(T^2 K)`` per sequence), and a family whose law is phase-type (the
+negative binomial with its finite prior on ``r``, the geometric) lets the sampler draw the
+segmentations through a chain of phases in ``O(T K (R + K))`` (:mod:`numpyro_hdphmm._core.phases`).
+The last segment of a sequence is right-censored by default
 (it is only known to last at least until the end: its term is the survival ``P(d_s >= d)``); with
 ``left_censoring=True`` the first segment is also left-censored (the process ran before the first
 step, in equilibrium: the first duration has the residual-life law ``P(D >= d) / E[D]``).
@@ -26,7 +31,7 @@ step, in equilibrium: the first duration has the residual-life law ``P(D >= d) /
 from __future__ import annotations
 
 from functools import partial
-from typing import Tuple
+from typing import Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +50,27 @@ from numpyro_hdphmm.models.base import ModelClass, SiteRole
 from numpyro_hdphmm.models.declare import declare_sites
 
 __all__ = ["HDPHSMM", "SemiMarkovChain"]
+
+
+def _check_untruncated(duration, max_duration, left_censored):
+    """Raise for what the untruncated model (``max_duration=None``) does not support."""
+    if max_duration is not None:
+        return
+    if left_censored:
+        raise NotImplementedError(
+            "left_censoring=True with max_duration=None: the left-censored first segment's residual-life law needs "
+            "the tail sums sum_{r >= d} P(D >= r), which this version computes only for truncated laws; give an "
+            "integer max_duration (and keep left_censoring=True), or max_duration=None with left_censoring=False."
+        )
+    if hasattr(duration, "lowest_duration"):
+        low = duration.lowest_duration()
+        if low is None or low < 0:
+            raise ValueError(
+                "`duration`: max_duration=None keeps the untruncated law conditioned on d >= 1, which needs a "
+                "distribution whose support has a concrete lower bound of 0 or above, got support "
+                f"{duration.distribution.support}; give an integer max_duration (the law is then restricted to "
+                "1..max_duration)."
+            )
 
 
 def _check_duration(duration, max_states):
@@ -69,11 +95,12 @@ class SemiMarkovChain(Distribution):
     K+1)`` (the rows; their self-transitions are removed and each row divided by the rest of its
     mass: :func:`numpyro_hdphmm._core.hsmm.without_self_transitions`), ``duration`` (a
     :class:`~numpyro_hdphmm.durations.base.DurationFamily`) with ``duration_params`` (leading axis
-    ``K``), ``max_duration`` ``D``, ``num_steps`` ``T``, ``lengths`` (several sequences).  ``log_prob``
-    is the segment process's log probability (:func:`~numpyro_hdphmm._core.hsmm.hsmm_log_prob`): the
-    first state, the transitions between segments and each segment's duration (truncated to
-    ``{1..D}`` and renormalized; the last one's survival when ``right_censored``; the first one's
-    residual life when ``left_censored``).  As with :class:`~numpyro_hdphmm.MarkovChain`, a last
+    ``K``), ``max_duration`` ``D`` (``None``: the untruncated law), ``num_steps`` ``T``, ``lengths``
+    (several sequences).  ``log_prob`` is the segment process's log probability
+    (:func:`~numpyro_hdphmm._core.hsmm.hsmm_log_prob`): the first state, the transitions between
+    segments and each segment's duration (truncated to ``{1..D}`` and renormalized, or untruncated;
+    the last one's survival when ``right_censored``; the first one's residual life when
+    ``left_censored``).  As with :class:`~numpyro_hdphmm.MarkovChain`, a last
     column beyond ``K`` is the mass of states not represented: ``sample`` redraws such draws among
     the represented states and warns.  Not enumerable: the package's kernels sample it.
     """
@@ -91,7 +118,8 @@ class SemiMarkovChain(Distribution):
                  num_steps: int, lengths=None, *, right_censored: bool = True, left_censored: bool = False,
                  validate_args=None):
         self.num_steps = check_capacity("num_steps", num_steps, 1)
-        self.max_duration = check_capacity("max_duration", max_duration, 1)
+        self.max_duration = None if max_duration is None else check_capacity("max_duration", max_duration, 1)
+        _check_untruncated(duration, self.max_duration, left_censored)
         self.duration = duration
         self.duration_params = duration_params
         self.right_censored = bool(right_censored)
@@ -124,19 +152,78 @@ class SemiMarkovChain(Distribution):
                                self.num_steps, self.lengths, right_censored=self.right_censored,
                                left_censored=self.left_censored)
 
+    @property
+    def untruncated(self) -> bool:
+        """``True`` with ``max_duration=None``: the duration laws are not truncated."""
+        return self.max_duration is None
+
     def tables(self):
         """``(log_init (K,), log_trans (K, K), (log_dur, log_surv) (K, D) each, first)``: the inputs of
         :mod:`numpyro_hdphmm._core.hsmm` (``first``: the left-censored first segment's tables or
-        ``None``)."""
+        ``None``).  Untruncated: ``D = num_steps`` (no segment of a sequence is longer), ``log_dur``
+        the law itself (not renormalized on ``1..D``) and ``log_surv`` its survival function, both
+        conditioned on ``d >= 1`` (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_mass_from_one`)."""
         k = self.num_states
+        log_init = safe_log(self.initial_probs[:k])
+        log_trans = hsmm.without_self_transitions(self.transition_matrix)
+        if self.untruncated:
+            return log_init, log_trans, self._untruncated_tables(self.num_steps), None
         log_pmf = self.duration.log_pmf(self.duration_params, jnp.arange(1, self.max_duration + 1))  # (D, K)
         durations = hsmm.duration_tables(log_pmf.T)
         first = hsmm.left_censored_tables(durations[1]) if self.left_censored else None
-        log_init = safe_log(self.initial_probs[:k])
-        return log_init, hsmm.without_self_transitions(self.transition_matrix), durations, first
+        return log_init, log_trans, durations, first
+
+    def _untruncated_tables(self, num_d: int):
+        """``(log_dur, log_surv) (K, num_d)`` of the untruncated law conditioned on ``d >= 1``."""
+        params = self.duration_params
+        mass = self.duration.log_mass_from_one(params)
+        log_dur = self.duration.log_pmf(params, jnp.arange(1, num_d + 1)) - mass
+        log_surv = self.duration.log_survival_table(params, num_d) - mass
+        return log_dur.T, log_surv.T
+
+    def duration_logits(self):
+        """``(log_dur (K, C), first)`` for drawing segments (:func:`~numpyro_hdphmm._core.hsmm.sample_segments`):
+        the truncated law on ``1..D`` (``C = D``), or the untruncated law on ``1..T`` with a last column
+        ``log P(D > T)`` (``C = T + 1``; such a segment is cut at the end of the sequence)."""
+        if not self.untruncated:
+            _, _, (log_dur, _), first = self.tables()
+            return log_dur, first
+        log_dur, log_surv = self._untruncated_tables(self.num_steps + 1)
+        return jnp.concatenate([log_dur[:, :-1], log_surv[:, -1:]], -1), None
+
+    def _untruncated_duration_terms(self, z, n):
+        """The duration terms of one sequence ``z (T,)`` of length ``n`` under the untruncated law:
+        ``log p(d)`` at each segment's end (``log P(D >= d)`` for the right-censored last one), both
+        conditioned on ``d >= 1``.  The pmf is evaluated at the segments' durations and the survival
+        at the last one only (closed form where the family has one), not over a table of every
+        duration: ``O(T K)``."""
+        params = self.duration_params
+        ends, durations = hsmm.segments(z, n)
+        t = jnp.arange(z.shape[-1])
+        mass = jnp.broadcast_to(self.duration.log_mass_from_one(params), (self.num_states,))
+        pmf = jnp.take_along_axis(self.duration.log_pmf(params, jnp.maximum(durations, 1)), z[:, None], 1)[:, 0]
+        last = jnp.clip(n - 1, 0, z.shape[-1] - 1)
+        try:
+            surv = self.duration.log_survival(params, durations[last])[z[last]]
+        except NotImplementedError:
+            table = self.duration.log_survival_table(params, z.shape[-1])
+            surv = table[jnp.clip(durations[last] - 1, 0, z.shape[-1] - 1), z[last]]
+        censored = self.right_censored & (t == last)
+        terms = jnp.where(censored, surv, pmf) - mass[z]
+        return jnp.sum(jnp.where(ends, terms, 0.0))
+
+    def _untruncated_log_prob(self, z, n, log_init, log_trans):
+        """``log p(z)`` under the untruncated law: the first state and the transitions
+        (:func:`~numpyro_hdphmm._core.hsmm.hsmm_log_prob` with zero duration terms) plus
+        :meth:`_untruncated_duration_terms`."""
+        zero = jnp.zeros((self.num_states, z.shape[-1]), log_init.dtype)  # a column for every duration up to T
+        head = hsmm.hsmm_log_prob(z, log_init, log_trans, zero, zero, n, right_censored=self.right_censored)
+        return head + self._untruncated_duration_terms(z, n)
 
     def duration_log_prob(self, value):
         """The duration terms of ``log_prob`` alone, summed over the sequences of ``value (..., T)``."""
+        if self.untruncated:
+            return jnp.sum(self._per_sequence(value, self._untruncated_duration_terms))
         _, _, (log_dur, log_surv), first = self.tables()
         k = self.num_states
         zeros = jnp.zeros((k,), log_dur.dtype)
@@ -166,6 +253,11 @@ class SemiMarkovChain(Distribution):
 
     @validate_sample
     def log_prob(self, value):
+        if self.untruncated:
+            k = self.num_states
+            log_init = safe_log(self.initial_probs[:k])
+            log_trans = hsmm.without_self_transitions(self.transition_matrix)
+            return self._per_sequence(value, lambda z, n: self._untruncated_log_prob(z, n, log_init, log_trans))
         log_init, log_trans, (log_dur, log_surv), first = self.tables()
         return self._per_sequence(value, lambda z, n: hsmm.hsmm_log_prob(
             z, log_init, log_trans, log_dur, log_surv, n, right_censored=self.right_censored, first=first))
@@ -182,7 +274,7 @@ def _draw_semi_markov(chain: SemiMarkovChain, key, sample_shape, warn=True):
     """Jitted body of :meth:`SemiMarkovChain.sample_with_intermediates`."""
     shape = sample_shape + chain.batch_shape
     n = int(np.prod(shape)) if shape else 1
-    _, _, (log_dur, log_surv), first = chain.tables()
+    log_dur, first = chain.duration_logits()
     states, escapes = jax.vmap(lambda k: hsmm.sample_segments(
         k, safe_log(chain.initial_probs), safe_log(chain.transition_matrix), log_dur, chain.num_steps,
         first=first))(random.split(key, n))
@@ -202,9 +294,9 @@ class HDPHSMM(ModelClass, Distribution):
     ``emission`` (an emission family or a callable ``k -> Distribution``, as for
     :class:`~numpyro_hdphmm.StickyHDPHMM`), ``max_states`` (the capacity ``K``), ``max_duration``
     (``D``: durations are truncated to ``{1..D}`` and renormalized; the sampler's cost grows as
-    ``T K D``), ``num_steps`` (the length of a generated sequence), ``right_censoring`` (default
-    True: the last segment may continue past the end) and ``left_censoring`` (default False: the
-    first segment starts at the first step).
+    ``T K D``; ``None``: the untruncated laws, module docstring), ``num_steps`` (the length of a
+    generated sequence), ``right_censoring`` (default True: the last segment may continue past the
+    end) and ``left_censoring`` (default False: the first segment starts at the first step).
 
     Declare it with :func:`numpyro_hdphmm.sample`: the sites are those of the sticky HDP-HMM (with
     ``kappa = 0``: the duration laws replace the self-transition bias) plus the duration
@@ -220,11 +312,11 @@ class HDPHSMM(ModelClass, Distribution):
     kind = "hsmm"
     draw_arguments = ("gamma", "alpha")
 
-    def __init__(self, gamma, alpha, duration, emission, max_states: int, max_duration: int, num_steps=None, *,
-                 right_censoring: bool = True, left_censoring: bool = False, validate_args=None):
+    def __init__(self, gamma, alpha, duration, emission, max_states: int, max_duration: Optional[int], num_steps=None,
+                 *, right_censoring: bool = True, left_censoring: bool = False, validate_args=None):
         gamma, alpha = (as_parameter(n, v) for n, v in (("gamma", gamma), ("alpha", alpha)))
         self.max_states = check_capacity("max_states", max_states, 2)
-        self.max_duration = check_capacity("max_duration", max_duration, 1)
+        self.max_duration = None if max_duration is None else check_capacity("max_duration", max_duration, 1)
         self.num_steps = None if num_steps is None else check_capacity("num_steps", num_steps, 1)
         if not isinstance(emission, EmissionFamily):
             if not callable(emission) or isinstance(emission, Distribution):
@@ -241,6 +333,7 @@ class HDPHSMM(ModelClass, Distribution):
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"`{flag}` must be True or False, got {value!r}.")
         self.duration = _check_duration(duration, self.max_states)
+        _check_untruncated(self.duration, self.max_duration, left_censoring)
         self.right_censoring = bool(right_censoring)
         self.left_censoring = bool(left_censoring)
         check_positive("gamma", gamma)
@@ -309,7 +402,7 @@ class HDPHSMM(ModelClass, Distribution):
         params = self.emission.sample_parameters(k_par, (num_states,))
         duration_params = self.duration.sample_parameters(k_dur, (num_states,))
         chain = self.semi_markov_chain(trans, duration_params, self.num_steps)
-        _, _, (log_dur, _), first = chain.tables()
+        log_dur, first = chain.duration_logits()
         states, overflow = hsmm.sample_segments(k_z, safe_log(trans[num_states]), safe_log(trans[:num_states]),
                                                 log_dur, self.num_steps, first=first)
         y = self.emission.sample_observations(k_y, params, states)

@@ -145,9 +145,13 @@ class SemiMarkovDraws(NamedTuple):
 
     log_init : ``(S, K)`` the start row
     log_trans : ``(S, K, K)`` the rows with the self-transition removed (``-inf`` diagonal)
-    log_dur, log_surv : ``(S, K, D)`` the truncated duration pmf and survival of ``d = 1..D``
+    log_dur, log_surv : ``(S, K, D)`` the truncated duration pmf and survival of ``d = 1..D`` (the
+        untruncated law's on ``d = 1..T`` when ``max_duration=None``)
     first : ``None``, or the left-censored first segment's ``(log_dur, log_surv)`` ``(S, K, D)`` each
     right_censored : bool, the last segment's term is its survival
+    untruncated : ``None``, or for ``max_duration=None`` the duration family and its parameters at
+        every draw ``(family, params)`` (leaves with a leading axis ``S``), from which laws beyond
+        ``d = T`` are evaluated (forecasts)
     """
 
     log_init: jax.Array
@@ -156,6 +160,7 @@ class SemiMarkovDraws(NamedTuple):
     log_surv: jax.Array
     first: Optional[Tuple[jax.Array, jax.Array]]
     right_censored: bool
+    untruncated: Optional[Tuple] = None
 
 
 def flatten_draws(samples, name: str = "y", batch_ndims: Optional[int] = None):
@@ -253,8 +258,10 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
             tr = trace_at(d)
             tables = None
             if kind == "hsmm":
-                log_init, log_trans, (log_dur, log_surv), first = chain_of(tr).tables()
-                tables = (log_init, log_trans, log_dur, log_surv, first)
+                chain = chain_of(tr)
+                log_init, log_trans, (log_dur, log_surv), first = chain.tables()
+                law = (chain.duration, chain.duration_params) if getattr(chain, "untruncated", False) else None
+                tables = (log_init, log_trans, log_dur, log_surv, first, law)
             return tr[name]["fn"].emission, tables
 
         families, tables = jax.vmap(per_draw)(samples)
@@ -266,7 +273,7 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
     batched = not all(is_concrete(v) and bool(jnp.all(v == v[:1])) for v in leaves)
     if not batched:
         families = jax.tree_util.tree_map(lambda v: v[0], families)
-    segments = None if tables is None else SemiMarkovDraws(*tables, right_censored)
+    segments = None if tables is None else SemiMarkovDraws(*tables[:5], right_censored, tables[5])
     return families, batched, (value if observed else None), lengths, kind, segments
 
 

@@ -184,6 +184,21 @@ def _forecast_hsmm_core(rng_key, trans, tables, last, elapsed, params, history, 
 _forecast_hsmm_jit = jax.jit(_forecast_hsmm_core, static_argnames=("steps", "emission_batched", "right_censored"))
 
 
+def _durations_beyond(untruncated, horizon: int):
+    """``log_dur (S, K, horizon + 1)`` of an untruncated model: the law on ``d = 1..horizon`` and a last
+    column ``log P(D > horizon)`` (a segment that lasts past the forecast), from the draws'
+    ``(family, params)``, conditioned on ``d >= 1`` as the model is."""
+    family, params = untruncated
+
+    def one(fam, par):
+        mass = fam.log_mass_from_one(par)
+        log_pmf = fam.log_pmf(par, jnp.arange(1, horizon + 1)) - mass  # (horizon, K)
+        beyond = fam.log_survival_table(par, horizon + 1)[-1] - mass  # (K,)
+        return jnp.concatenate([log_pmf.T, beyond[:, None]], -1)
+
+    return jax.vmap(one)(family, params)
+
+
 def _last_segments(states3, lengths):
     """``(elapsed (S, N), from_start (S, N))``: the length of each sequence's last segment (steps since
     its state last changed, up to ``lengths``) and whether it began at the first step."""
@@ -367,8 +382,9 @@ def forecast(
     if draws.kind == "hsmm":
         segs = draws.segments
         elapsed, from_start = _last_segments(states3, lengths)
-        first_dur = segs.log_dur if segs.first is None else segs.first[0]
-        tables = (segs.log_trans, segs.log_dur, first_dur, from_start)
+        log_dur = segs.log_dur if segs.untruncated is None else _durations_beyond(segs.untruncated, num_steps + steps)
+        first_dur = log_dur if segs.first is None else segs.first[0]
+        tables = (segs.log_trans, log_dur, first_dur, from_start)
         zs, ys, esc = _forecast_hsmm_jit(rng_key, trans, tables, last, elapsed, params, history, family, steps,
                                          emission_batched, bool(segs.right_censored))
     else:

@@ -75,6 +75,56 @@ def test_segmentations_sampled_from_their_posterior():
     assert np.all(exact_by_code[freq > 0] > 0)  # no impossible path (segment longer than D)
 
 
+@pytest.mark.parametrize("right_censored", [True, False])
+@pytest.mark.parametrize("left", [False, True])
+def test_rescaled_messages_are_the_log_space_messages(right_censored, left):
+    """The sampler's rescaled probability-space messages (``hsmm_sample_fast``) against the log-space
+    ones (``hsmm_backward``): every start and end message and the marginal likelihood to 1e-12
+    (float64), with missing and padded steps and emission spreads of 10 nats per step."""
+    rng = np.random.default_rng(5)
+    k, t, d = 4, 40, 12
+    init = jnp.log(jnp.asarray(rng.dirichlet(np.ones(k))))
+    log_trans = hsmm.without_self_transitions(jnp.asarray(rng.dirichlet(np.ones(k), size=k)))
+    log_dur, log_surv = hsmm.duration_tables(jnp.asarray(np.log(rng.dirichlet(np.ones(d), size=k))))
+    first = hsmm.left_censored_tables(log_surv) if left else None
+    ll = jnp.asarray(rng.normal(size=(t, k)) * 5.0)
+    mask = jnp.asarray(rng.uniform(size=t) > 0.2)
+    for length in (40, 25, 1):
+        want = hsmm.hsmm_backward(init, log_trans, log_dur, log_surv, ll, mask, length, right_censored=right_censored,
+                                  first=first)
+        prepared, n = hsmm.masked_likelihoods(ll, mask, length)
+        got, ok = hsmm._scaled_backward(init, log_trans, log_dur, log_surv, prepared, n, right_censored, first)
+        assert bool(ok)
+        for a, b in ((got.log_start, want.log_start), (got.log_end, want.log_end)):
+            a, b = np.asarray(a), np.asarray(b)
+            assert np.array_equal(np.isfinite(a), np.isfinite(b))
+            np.testing.assert_allclose(a[np.isfinite(b)], b[np.isfinite(b)], rtol=0, atol=1e-12)
+        assert abs(float(got.marginal_loglik - want.marginal_loglik)) < 1e-12
+        assert float(jnp.max(jnp.abs(got.log_start_first - want.log_start_first))) < 1e-12
+
+
+def test_fast_sampler_draws_the_posterior_and_flags_underflow():
+    """``hsmm_sample_fast``'s segmentations against enumeration (as ``hsmm_sample``'s above), and
+    ``ok`` False when an emission is impossible under every reachable segmentation (the messages
+    vanish), where the log-space marginal is ``-inf`` too."""
+    init, log_trans, log_pmf, ll = _problem(2, k=2, t=5, d=3)
+    log_dur, log_surv = hsmm.duration_tables(log_pmf)
+    paths, joint = _enumerate(init, log_trans, log_dur, log_surv, ll, 5, True)
+    exact = np.exp(joint - logsumexp(joint))
+    n = 20000
+    draws, _, ok = jax.jit(jax.vmap(lambda key: hsmm.hsmm_sample_fast(key, init, log_trans, log_dur, log_surv, ll)))(
+        random.split(random.key(0), n))
+    assert bool(jnp.all(ok))
+    codes = np.asarray(draws) @ (2 ** np.arange(5)[::-1])
+    freq = np.bincount(codes, minlength=32) / n
+    exact_by_code = np.zeros(32)
+    exact_by_code[paths @ (2 ** np.arange(5)[::-1])] = exact
+    assert 0.5 * np.abs(freq - exact_by_code).sum() < 0.02
+    impossible = ll.at[2].set(-jnp.inf)
+    _, marginal, ok = hsmm.hsmm_sample_fast(random.key(1), init, log_trans, log_dur, log_surv, impossible)
+    assert not bool(ok) and not np.isfinite(float(marginal))
+
+
 def test_geometric_durations_give_the_hmm_likelihood():
     """An HSMM with geometric durations (untruncated, D >= T) and transitions A_jk / (1 - A_jj) is the
     HMM with transition matrix A: the same marginal likelihood (float64: to 1e-10)."""

@@ -4,7 +4,13 @@ Given the explicit values (``beta``, the rows ``pi``, the emission parameters ``
 duration parameters ``vartheta``), one sweep (:func:`semi_markov_sweep`) draws
 
 1. the segmentations ``z | pi, theta, vartheta, y``: HSMM backward messages and forward sampling
-   (:func:`numpyro_hdphmm._core.hsmm.hsmm_sample`), every sequence with its own key;
+   (:func:`numpyro_hdphmm._core.hsmm.hsmm_sample_fast`: the messages in rescaled probability
+   space; a sequence whose messages underflow keeps its states), every sequence with its own
+   key; for the untruncated model (``max_duration=None``, no left-censoring) with a phase-type
+   duration family (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.phase_embedding`:
+   negative binomial with the finite prior on ``r``, geometric), the same law through the chain
+   of phases (:func:`numpyro_hdphmm._core.phases.phase_sample`, ``O(T K (R + K))`` instead of
+   ``O(T K (T + K))``);
 2. ``theta | z, y`` from the emission family's conjugate posterior (as for the HMM);
 3. ``vartheta | z`` (:func:`sample_duration_parameters`): each censored duration completed from its
    conditional (the last segment's true duration ``d' >= d``; a left-censored first segment's
@@ -13,7 +19,10 @@ duration parameters ``vartheta``), one sweep (:func:`semi_markov_sweep`) draws
    (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.sample_posterior`) and whose ratio restores
    the truncation to ``{1..D}``: ``prod_k (F_k(vartheta) / F_k(vartheta'))^{n_k}`` with ``F_k`` the
    mass of ``{1..D}`` (times ``(E_k(vartheta) / E_k(vartheta'))`` for a left-censored first
-   segment, the length-bias normalizer);
+   segment, the length-bias normalizer).  Untruncated model
+   (:func:`sample_untruncated_duration_parameters`): the proposal is the conjugate posterior given
+   the complete segments alone and the ratio is that of the censored segments' survival,
+   ``prod (S_k(c; vartheta') / S_k(c; vartheta))`` over the right-censored last segments of state ``k``;
 4. the HDP layer given the segment transition counts ``n_jk`` (``j != k``: the self-transitions are
    removed) with auxiliary variables (:func:`sample_hdp_layer`):
 
@@ -47,9 +56,10 @@ import jax.numpy as jnp
 from jax import random
 from jax.scipy.special import logsumexp
 
-from numpyro_hdphmm._core import crp, hsmm
+from numpyro_hdphmm._core import crp, hsmm, phases
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import used_slots
+from numpyro_hdphmm.distributions import safe_log
 from numpyro_hdphmm.emissions.base import state_weights
 from numpyro_hdphmm.infer.contract import Explicit, flatten_time
 from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
@@ -57,8 +67,9 @@ from numpyro_hdphmm.infer.moves.global_step import hyper_site_values
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.plumbing.sharding import SequenceSharding, map_sequences, sequence_keys
 
-__all__ = ["SemiMarkovInfo", "semi_markov_sweep", "sample_duration_parameters", "sample_hdp_layer",
-           "sample_semi_markov_rows", "duration_parameters", "semi_markov_tables"]
+__all__ = ["SemiMarkovInfo", "semi_markov_sweep", "sample_duration_parameters",
+           "sample_untruncated_duration_parameters", "sample_hdp_layer", "sample_semi_markov_rows",
+           "duration_parameters", "semi_markov_tables", "uses_phases"]
 
 
 class SemiMarkovInfo(NamedTuple):
@@ -94,6 +105,29 @@ def semi_markov_tables(view: ModelView, trans, duration_params):
     return log_init, log_trans, log_dur, log_surv, first
 
 
+def uses_phases(chain) -> bool:
+    """Whether step 1 runs through the chain of phases: an untruncated, not left-censored segment
+    process whose duration family is phase-type (module docstring)."""
+    if not getattr(chain, "untruncated", False) or chain.left_censored:
+        return False
+    return chain.duration.phase_embedding(chain.duration_params) is not None
+
+
+def _phase_rows(emission, right_censored):
+    """Step 1 through the chain of phases, per block of sequences (:func:`_ffbs_rows`)."""
+
+    def ffbs(rows, shared):
+        keys, x, valid, lengths = rows
+        (log_init, log_trans, tables), params = shared
+        log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(x, params)
+        one = lambda key, ll, m, n: phases.phase_sample(key, log_init, log_trans, tables, ll, m, n,
+                                                        right_censored=right_censored)
+        states, marginal, ok = jax.vmap(one)(keys, log_lik, valid, lengths)
+        return states, jnp.isfinite(marginal) & ok
+
+    return ffbs
+
+
 def _ffbs_rows(emission, right_censored):
     """Step 1 per block of sequences for :func:`~numpyro_hdphmm.infer.plumbing.sharding.map_sequences`."""
 
@@ -101,10 +135,10 @@ def _ffbs_rows(emission, right_censored):
         keys, x, valid, lengths = rows
         (log_init, log_trans, log_dur, log_surv, first), params = shared
         log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(x, params)
-        one = lambda key, ll, m, n: hsmm.hsmm_sample(key, log_init, log_trans, log_dur, log_surv, ll, m, n,
-                                                     right_censored=right_censored, first=first)
-        states, marginal = jax.vmap(one)(keys, log_lik, valid, lengths)
-        return states, jnp.isfinite(marginal)
+        one = lambda key, ll, m, n: hsmm.hsmm_sample_fast(key, log_init, log_trans, log_dur, log_surv, ll, m, n,
+                                                          right_censored=right_censored, first=first)
+        states, marginal, ok = jax.vmap(one)(keys, log_lik, valid, lengths)
+        return states, jnp.isfinite(marginal) & ok
 
     return ffbs
 
@@ -171,6 +205,39 @@ def sample_duration_parameters(rng_key, family, params, states, lengths, log_dur
     pick = lambda new, old: jnp.where(accept.reshape((num_states,) + (1,) * (jnp.ndim(new) - 1)), new, old)
     new = {p: pick(proposal[p], params[p]).astype(jnp.asarray(params[p]).dtype) for p in params}
     return new, jnp.mean(accept.astype(log_dur.dtype))
+
+
+def sample_untruncated_duration_parameters(rng_key, family, params, states, lengths, *, right_censored: bool):
+    """Step 3 of the untruncated model (module docstring): ``(params, acceptance rate)``.  ``states (N, T)``,
+    ``lengths (N,)``; per state an independence Metropolis-Hastings step whose proposal is the
+    family's posterior given the complete segments and whose ratio is the censored segments'
+    survival ratio (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_survival`, evaluated at
+    the ``N`` last segments only; exactly 1, always accepted, for a state without a censored segment)."""
+    k_prop, k_acc = random.split(rng_key)
+    num_states = jax.tree_util.tree_leaves(params)[0].shape[0]
+    t_max = states.shape[-1]
+    ends, observed = jax.vmap(hsmm.segments)(states, lengths)
+    last = jnp.arange(t_max)[None, :] == (lengths[:, None] - 1)
+    censored = ends & last & right_censored
+    dtype = jnp.result_type(*[jnp.asarray(v) for v in params.values()], float)
+    complete = (ends & ~censored).astype(dtype)
+    proposal = family.sample_posterior(k_prop, params, observed.reshape(-1), states.reshape(-1), complete.reshape(-1),
+                                       num_states)
+    final = jnp.clip(lengths - 1, 0, t_max - 1)
+    last_state = jnp.take_along_axis(states, final[:, None], 1)[:, 0]  # (N,)
+    last_duration = jnp.take_along_axis(observed, final[:, None], 1)[:, 0]
+    weight = jnp.full(last_state.shape, right_censored, dtype)
+
+    def censored_log_survival(p):
+        table = family.log_survival(p, last_duration) - family.log_mass_from_one(p)  # (N, K)
+        terms = jnp.take_along_axis(table, last_state[:, None], 1)[:, 0] * weight
+        return jax.ops.segment_sum(terms, last_state, num_segments=num_states)
+
+    log_ratio = censored_log_survival(proposal) - censored_log_survival(params)
+    accept = jnp.log(draws.uniform_open(k_acc, (num_states,), dtype)) < log_ratio
+    pick = lambda new, old: jnp.where(accept.reshape((num_states,) + (1,) * (jnp.ndim(new) - 1)), new, old)
+    new = {p: pick(proposal[p], params[p]).astype(jnp.asarray(params[p]).dtype) for p in params}
+    return new, jnp.mean(accept.astype(dtype))
 
 
 def sample_semi_markov_rows(rng_key, beta, alpha, n, first):
@@ -258,10 +325,17 @@ def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView
     emission, data, chain = view.emission, view.data, view.states_law
     family = chain.duration
     dur_params = duration_parameters(spec, view, state.extra)
-    tables = semi_markov_tables(view, state.trans, dur_params)
     # 1. segmentations
     rows = (sequence_keys(k_z, data.lengths.shape[0]), data.x, data.valid, data.lengths)
-    new_states, ok = map_sequences(_ffbs_rows(emission, chain.right_censored), rows, (tables, state.params), sharding)
+    if uses_phases(chain):
+        log_init = safe_log(state.trans[capacity, :capacity])
+        log_trans = hsmm.without_self_transitions(state.trans[:capacity])
+        shared = ((log_init, log_trans, family.phase_embedding(dur_params)), state.params)
+        new_states, ok = map_sequences(_phase_rows(emission, chain.right_censored), rows, shared, sharding)
+    else:
+        tables = semi_markov_tables(view, state.trans, dur_params)
+        new_states, ok = map_sequences(_ffbs_rows(emission, chain.right_censored), rows, (tables, state.params),
+                                       sharding)
     ffbs_ok = jnp.all(ok)
     states = jnp.where(ffbs_ok, new_states, state.states)
     # 2. emission parameters
@@ -271,7 +345,11 @@ def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView
     # 3. duration parameters (a family whose parameters are the user's sites: the inner kernel's)
     extra = dict(state.extra)
     accept = jnp.array(jnp.nan, state.beta.dtype)
-    if spec.sites.extra:
+    if spec.sites.extra and chain.untruncated:
+        new, accept = sample_untruncated_duration_parameters(k_dur, family, dur_params, states, data.lengths,
+                                                             right_censored=chain.right_censored)
+        extra = {f"duration_{p}": v for p, v in new.items()}
+    elif spec.sites.extra:
         new, accept = sample_duration_parameters(k_dur, family, dur_params, states, data.lengths, tables[2], tables[3],
                                                  right_censored=chain.right_censored, left_censored=chain.left_censored)
         extra = {f"duration_{p}": v for p, v in new.items()}
@@ -280,7 +358,7 @@ def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView
                                                          view.priors)
     hyper_values = {**hyper_site_values(spec, hyper, sigma if spec.hyper.dp_concentration else None), **shared}
     ends, observed = jax.vmap(hsmm.segments)(states, data.lengths)
-    at_max = jnp.any(observed >= chain.max_duration)
+    at_max = jnp.array(False) if chain.untruncated else jnp.any(observed >= chain.max_duration)
     overflow = jnp.all(used_slots(states, data.lengths, capacity)) | dish_overflow
     explicit = Explicit(states, beta, trans.astype(state.trans.dtype), params, hyper_values, extra)
     return explicit, SemiMarkovInfo(overflow, ffbs_ok, accept, at_max)

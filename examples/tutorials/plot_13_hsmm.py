@@ -18,11 +18,12 @@ and durations, ``O(T K (D + K))`` per sweep).
 
 This page reproduces the spirit of Johnson & Willsky's synthetic comparison (their Sec. 5.1): data
 from an HSMM with Poisson durations and overlapping Gaussian emissions, fitted by the HDP-HSMM and
-by the sticky HDP-HMM, several chains each; then it shows how to read the duration posterior and
-how to choose ``max_duration``.
+by the sticky HDP-HMM, several chains each, the segmentation error against sweeps and against
+seconds; then it shows how to read the duration posterior and how to choose ``max_duration``.
 """
 
 import os
+import time
 
 import jax
 import matplotlib.pyplot as plt
@@ -106,6 +107,39 @@ axes[1].axhline(4, color="k", ls="--", lw=1, label="truth")
 axes[1].set(xlabel="sweep (after warm-up)", ylabel="states in use")
 axes[0].legend(fontsize=7)
 axes[1].legend(fontsize=7)
+fig.tight_layout()
+
+# %%
+# Against seconds
+# ---------------
+# Johnson & Willsky plot the segmentation error against seconds too: a sweep of the HSMM costs more
+# than the HMM's (``O(T K (D + K))`` against ``O(T K^2)``).  One chain's sweep, timed with the
+# kernel's own ``init`` and ``sample`` (the :class:`numpyro.infer.mcmc.MCMCKernel` interface) once
+# compiled, turns the sweeps above into seconds.
+
+
+def seconds_per_sweep(model, sweeps=10 if QUICK else 30):
+    kernel = nh.infer.WeakLimitGibbs(model)
+    state = kernel.init(jax.random.key(3), 0, None, (y,), {})
+    step = jax.jit(lambda s: kernel.sample(s, (y,), {}))
+    state = jax.block_until_ready(step(state))  # compiles
+    start = time.perf_counter()
+    for _ in range(sweeps):
+        state = step(state)
+    jax.block_until_ready(state)
+    return (time.perf_counter() - start) / sweeps
+
+
+fig, ax = plt.subplots(figsize=(5, 3))
+for color, (label, model) in zip(("C0", "C3"), (("HDP-HSMM", hsmm_model), ("sticky HDP-HMM", hmm_model))):
+    per_sweep = seconds_per_sweep(model)
+    hamming = nh.diagnostics.hamming_distance(np.asarray(fits[label]["y_states"]), truth)
+    seconds = (num_warmup + 1 + np.arange(hamming.shape[1])) * per_sweep
+    for c in range(num_chains):
+        ax.plot(seconds, hamming[c], color=color, lw=0.8, label=label if c == 0 else None)
+    print(f"{label}: {1e3 * per_sweep:.1f} ms per sweep (one chain, compiled)")
+ax.set(xlabel="seconds of sampling (one chain, after compilation)", ylabel="normalized Hamming distance")
+ax.legend(fontsize=7)
 fig.tight_layout()
 
 # %%

@@ -171,10 +171,7 @@ def cumulative_log_survival(log_pmf, closed_form=None):
     tail = jnp.flip(jax.lax.cumlogsumexp(jnp.flip(log_pmf, 0), axis=0), 0)
     if log_pmf.shape[0] >= 2:
         log_rho = log_pmf[-1] - log_pmf[-2]
-        decays = jnp.isfinite(log_rho) & (log_rho < 0.0)
-        safe_rho = jnp.where(decays, log_rho, -1.0)
-        beyond = jnp.where(decays, log_pmf[-1] + safe_rho - jnp.log(-jnp.expm1(safe_rho)), -jnp.inf)
-        tail = jnp.logaddexp(tail, beyond)
+        tail = jnp.logaddexp(tail, _geometric_tail(log_pmf[-1] + log_rho, log_rho, -jnp.inf))  # d > D
     out = jnp.where((below < 0.0) & (complement > jnp.log(1e3 * finfo.eps)), complement, tail)
     if closed_form is not None:
         out = jnp.where(closed_form > jnp.log(1e3 * finfo.tiny), closed_form, out)
@@ -190,11 +187,16 @@ def underflow_floor(survival, log_pmf, log_pmf_next):
     like the change of ``rho``; ``log p(d)`` itself when ``rho >= 1``)."""
     tiny = jnp.finfo(jnp.result_type(survival)).tiny
     ok = survival > 1e3 * tiny
-    log_rho = log_pmf_next - log_pmf
+    tail = _geometric_tail(log_pmf, log_pmf_next - log_pmf, log_pmf)
+    return jnp.where(ok, jnp.log(jnp.where(ok, survival, 1.0)), tail)
+
+
+def _geometric_tail(log_first, log_rho, otherwise):
+    """``log sum_{i >= 0} p rho^i = log p - log(1 - rho)`` for ``log p = log_first`` and a ratio
+    ``rho < 1``; ``otherwise`` where ``rho >= 1`` or is not finite."""
     decays = jnp.isfinite(log_rho) & (log_rho < 0.0)
     safe_rho = jnp.where(decays, log_rho, -1.0)
-    tail = log_pmf - jnp.where(decays, jnp.log(-jnp.expm1(safe_rho)), 0.0)
-    return jnp.where(ok, jnp.log(jnp.where(ok, survival, 1.0)), tail)
+    return jnp.where(decays, log_first - jnp.log(-jnp.expm1(safe_rho)), otherwise)
 
 
 class DurationFamily:

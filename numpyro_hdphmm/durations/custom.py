@@ -128,26 +128,29 @@ class Custom(DurationFamily):
         lp = self.distribution.log_prob(d[..., None])
         return jnp.where(bad[..., None], -jnp.inf, lp)
 
-    def lowest_duration(self):
-        """The lower bound of the distribution's support as a Python integer, or ``None`` when it is
-        not a concrete scalar (e.g. unbounded below, or per-state traced bounds)."""
+    def lowest_duration(self) -> int:
+        """The lower bound of the distribution's support as a Python integer, for the untruncated model
+        (``max_duration=None``), which conditions the law on ``d >= 1`` and so needs it to be a concrete
+        integer of 0 or above: ``ValueError`` naming ``duration`` otherwise (unbounded below, per-state
+        or traced bounds, negative)."""
         bound = getattr(self.distribution.support, "lower_bound", None)
-        if bound is None or not is_concrete(bound) or jnp.ndim(bound) > 0 and len(set(np.ravel(bound))) != 1:
-            return None
-        return int(np.ravel(np.asarray(bound))[0])
-
-    def log_mass_from_one(self, params):
-        """``log P(D >= 1) = log(1 - P(D = 0))`` for a support starting at 0 (``(K,)``), ``0`` for a
-        support starting at 1 or above.  A support reaching below 0 raises ``ValueError`` (the untruncated
-        model needs the law on ``{1, 2, ...}`` up to its mass at 0)."""
-        low = self.lowest_duration()
+        low = None
+        if bound is not None and is_concrete(bound) and len(set(np.ravel(np.asarray(bound)))) == 1:
+            low = int(np.ravel(np.asarray(bound))[0])
         if low is None or low < 0:
             raise ValueError(
                 "`duration`: max_duration=None keeps the untruncated law conditioned on d >= 1, which needs a "
-                f"distribution whose support starts at 0 or above, got support {self.distribution.support}; give "
-                "an integer max_duration (the law is then restricted to 1..max_duration)."
+                "distribution whose support has a concrete lower bound of 0 or above, got support "
+                f"{self.distribution.support}; give an integer max_duration (the law is then restricted to "
+                "1..max_duration)."
             )
-        if low >= 1:
+        return low
+
+    def log_mass_from_one(self, params):
+        """``log P(D >= 1) = log(1 - P(D = 0))`` for a support starting at 0 (``(K,)``), ``0`` for a
+        support starting at 1 or above (:meth:`lowest_duration`, which raises for a support reaching
+        below 0)."""
+        if self.lowest_duration() >= 1:
             return jnp.zeros(())
         at_zero = self.distribution.log_prob(jnp.zeros((self.num_states,), jnp.int32))
         at_zero = jnp.minimum(at_zero, 0.0)

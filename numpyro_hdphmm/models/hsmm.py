@@ -63,14 +63,7 @@ def _check_untruncated(duration, max_duration, left_censored):
             "integer max_duration (and keep left_censoring=True), or max_duration=None with left_censoring=False."
         )
     if hasattr(duration, "lowest_duration"):
-        low = duration.lowest_duration()
-        if low is None or low < 0:
-            raise ValueError(
-                "`duration`: max_duration=None keeps the untruncated law conditioned on d >= 1, which needs a "
-                "distribution whose support has a concrete lower bound of 0 or above, got support "
-                f"{duration.distribution.support}; give an integer max_duration (the law is then restricted to "
-                "1..max_duration)."
-            )
+        duration.lowest_duration()  # a Custom law: raises unless its support starts at 0 or above
 
 
 def _check_duration(duration, max_states):

@@ -18,15 +18,17 @@ sweeps (``warmup + blocks * block_sweeps`` in all, both chains from their own ra
 normalized Hamming distance of each chain's last state sequence to the truth (optimal matching)
 and the states it uses.  Configurations (:data:`CONFIGS`): ``T`` in {10^3, 10^4} x ``max_duration`` in
 {50, 200} at ``K = 20``, with fewer sweeps where pyhsmm takes seconds per sweep.  ``--extra``: ``K = 50``
-instead (:data:`EXTRA`, a section of its own); ``--long``: also ours alone at ``T = 10^5`` (10 sweeps:
-feasibility).
+instead (:data:`EXTRA`, a section of its own); ``--huge``: ``T = 10^5`` side by side, ``K`` in {20, 50}
+x ``max_duration`` in {50, 200}, one sweep per call (:data:`HUGE`, a section of its own); ``--long``:
+also ours alone at ``T = 10^5`` (10 sweeps: feasibility).  After the sweeps, both sides'
+``log p(y | parameters)`` with the states and durations summed out (each by its own messages).
 
 Usage::
 
-    python -m benchmarks.sweeps hsmm [--quick] [--pyhsmm PYTHON] [--extra] [--long] [--no-save]
+    python -m benchmarks.sweeps hsmm [--quick] [--pyhsmm PYTHON] [--extra | --huge] [--long] [--no-save]
 
-Results: the sections "HDP-HSMM sweep" and (``--extra``) "HDP-HSMM sweep: K = 50 and T = 10^5" of
-``benchmarks/results/sweeps.json``.
+Results: the sections "HDP-HSMM sweep", (``--extra``) "HDP-HSMM sweep: K = 50 and T = 10^5" and
+(``--huge``) "HDP-HSMM sweep: T = 10^5" of ``benchmarks/results/sweeps.json``.
 """
 
 from __future__ import annotations
@@ -50,8 +52,11 @@ CONFIGS = ((1000, 20, 50, 10, 6, 15), (1000, 20, 200, 10, 6, 15), (10000, 20, 50
            (10000, 20, 200, 5, 3, 5))
 QUICK = ((300, 6, 20, 5, 2, 5),)
 # --extra: the larger capacity, saved as a section of its own (with --long)
-EXTRA = ((1000, 50, 50, 10, 6, 15), (10000, 50, 50, 5, 3, 5))
+EXTRA = ((1000, 50, 50, 10, 6, 15), (1000, 50, 200, 10, 6, 15), (10000, 50, 50, 5, 3, 5), (10000, 50, 200, 5, 3, 5))
 SECTION_EXTRA = "HDP-HSMM sweep: K = 50 and T = 10^5"
+# --huge: T = 10^5 side by side (pyhsmm takes seconds per sweep: one warm-up sweep, three blocks of one)
+HUGE = tuple((100000, k, d, 1, 3, 1) for k in (20, 50) for d in (50, 200))
+SECTION_HUGE = "HDP-HSMM sweep: T = 10^5"
 LONG = (100000, 20, 50)
 
 
@@ -98,6 +103,19 @@ def ours_contender(y, K, max_duration, per_call, seed=0, model=hsmm_model):
     return timing.compile_step(lambda s: kernel.sample(s, args, {}), state, per_call), init_s
 
 
+def ours_loglik(model, y, z):
+    """``log p(y | parameters)`` of the kernel's current parameters ``z`` (one draw), the states and
+    durations summed out (:func:`numpyro_hdphmm.marginal_log_likelihood`, the explicit-duration forward
+    messages)."""
+    import jax.numpy as jnp
+
+    import numpyro_hdphmm as nh
+
+    samples = {k: np.asarray(v)[None] for k, v in z.items()}
+    y = jnp.asarray(y)
+    return float(nh.marginal_log_likelihood(model, samples, y, model_args=(y,)).total[0])
+
+
 def hamming(states, truth):
     import numpyro_hdphmm as nh
 
@@ -126,20 +144,23 @@ def run_config(T, K, D, worker, tmp, warmup, blocks, block_sweeps, per_call, say
             ours.state = timing.block(ours.call(ours.state))
             mine.append((time.perf_counter() - t0) / per_call)
         if worker is not None:
-            reply = worker.call(cmd="run", n=block_sweeps, states=b == blocks - 1)
+            reply = worker.call(cmd="run", n=block_sweeps, states=b == blocks - 1, loglik=b == blocks - 1)
             times = reply["times"]
             theirs += [float(np.mean(times[i:i + per_call])) for i in range(0, block_sweeps, per_call)]
             peer_states = reply.get("states", peer_states)
+            rec["pyhsmm_loglik"] = reply.get("loglik", rec.get("pyhsmm_loglik"))
     z = np.asarray(ours.state.z["y_states"])
+    rec["ours_loglik"] = ours_loglik(hsmm_model(K, D), y, ours.state.z)
     rec.update(ours=mine, sweeps=warmup + blocks * block_sweeps, warmup=warmup, blocks=blocks,
                block_sweeps=block_sweeps, ours_hamming=hamming(z, truth),
                ours_states=int(len(np.unique(z))), ours_nonfinite=bool(ours.state.nonfinite))
-    msg = f"  ours min {min(mine):.4f} s/sweep, hamming {rec['ours_hamming']:.3f}, {rec['ours_states']} states"
+    msg = (f"  ours min {min(mine):.4f} s/sweep, hamming {rec['ours_hamming']:.3f}, {rec['ours_states']} states, "
+           f"log-lik {rec['ours_loglik']:.1f}")
     if worker is not None:
         rec.update(pyhsmm=theirs, pyhsmm_hamming=hamming(peer_states, truth),
                    pyhsmm_states=int(len(np.unique(peer_states))))
         msg += (f"; pyhsmm min {min(theirs):.4f} s/sweep, hamming {rec['pyhsmm_hamming']:.3f}, "
-                f"{rec['pyhsmm_states']} states; pyhsmm/ours {min(theirs) / min(mine):.2f}x (minima), "
+                f"{rec['pyhsmm_states']} states, log-lik {rec['pyhsmm_loglik']:.1f}; pyhsmm/ours {min(theirs) / min(mine):.2f}x (minima), "
                 f"{np.median(theirs) / np.median(mine):.2f}x (medians)")
     say(msg)
     return rec
@@ -162,6 +183,16 @@ def run_long(T, K, D, sweeps, per_call, say=print, model=hsmm_model):
     return rec
 
 
+KERNEL_NAMES = {SECTION: "WeakLimitGibbs (HDP-HSMM)", SECTION_EXTRA: "WeakLimitGibbs (HDP-HSMM, K = 50)",
+                SECTION_HUGE: "WeakLimitGibbs (HDP-HSMM, T = 10^5)"}
+
+
+def _loglik_cell(r):
+    theirs = r.get("pyhsmm_loglik")
+    ours = f"{r['ours_loglik']:.1f}" if "ours_loglik" in r else "-"
+    return f"{ours} / {theirs:.1f}" if theirs is not None else f"{ours} / -"
+
+
 def save(recs, long_rec, args, command, title=SECTION):
     ms = lambda v: f"{v * 1e3:.1f}"
     rows, comps = [], []
@@ -173,15 +204,15 @@ def save(recs, long_rec, args, command, title=SECTION):
         if "pyhsmm" in r:
             p = np.asarray(r["pyhsmm"])
             row += [ms(p.min()), ms(np.median(p)), f"**{p.min() / o.min():.2f}x**", f"{np.median(p) / np.median(o):.2f}x",
-                    f"{r['ours_hamming']:.3f} / {r['pyhsmm_hamming']:.3f}", f"{r['ours_states']} / {r['pyhsmm_states']}"]
+                    f"{r['ours_hamming']:.3f} / {r['pyhsmm_hamming']:.3f}", f"{r['ours_states']} / {r['pyhsmm_states']}",
+                    _loglik_cell(r)]
             config = f"HDP-HSMM 2-D, T = {r['T']}, K = {r['K']}, D = {r['max_duration']}"
             for stat, a, b in (("minimum", o.min(), p.min()), ("median", np.median(o), np.median(p))):
-                comps.append({"kernel": "WeakLimitGibbs (HDP-HSMM)" if title == SECTION else
-                              "WeakLimitGibbs (HDP-HSMM, K = 50)", "peer": "pyhsmm", "config": config,
+                comps.append({"kernel": KERNEL_NAMES[title], "peer": "pyhsmm", "config": config,
                               "ours_ms": round(float(a * 1e3), 3), "peer_ms": round(float(b * 1e3), 3),
                               "ratio": round(float(b / a), 2), "statistic": stat})
         else:
-            row += ["-", "-", "-", "-", f"{r['ours_hamming']:.3f} / -", f"{r['ours_states']} / -"]
+            row += ["-", "-", "-", "-", f"{r['ours_hamming']:.3f} / -", f"{r['ours_states']} / -", _loglik_cell(r)]
         rows.append(row)
     intro = (
         "The explicit-duration HDP-HSMM (`nh.HDPHSMM` sampled by `WeakLimitGibbs`) against pyhsmm's "
@@ -196,10 +227,12 @@ def save(recs, long_rec, args, command, title=SECTION):
         f"pyhsmm's sweep-by-sweep times averaged over the same groups of {args.per_call}).  ms per sweep, minimum and median over the groups; speed-up = "
         "pyhsmm / ours.  Compile: ours `init` (its compilation included) + the sweep program's compilation, "
         "seconds, apart from the sweeps.  Hamming: normalized distance of the last state sequence to the truth "
-        "(optimal matching) after all the sweeps of the row, from each sampler's own random start; states: distinct labels in that sequence.")
+        "(optimal matching) after all the sweeps of the row, from each sampler's own random start; states: distinct labels in that sequence; "
+        "log-lik: log p(y | the parameters after the last sweep), states and durations summed out, each by its own messages "
+        "(ours `nh.marginal_log_likelihood`; pyhsmm `log_likelihood(y, trunc=D)`, whose law is not renormalized on {1..D}).")
     tab = results.table(["T", "K", "D", "sweeps", "ours compile (s)", "ours min (ms)", "ours median (ms)", "pyhsmm min (ms)",
                          "pyhsmm median (ms)", "speed-up (minima)", "speed-up (medians)", "Hamming ours / pyhsmm",
-                         "states ours / pyhsmm"], rows, ["r"] * 13)
+                         "states ours / pyhsmm", "log-lik ours / pyhsmm"], rows, ["r"] * 14)
     blocks = [results.text(intro), tab]
     if long_rec is not None:
         r = long_rec
@@ -228,16 +261,20 @@ def main(argv=None):
     parser = peer_parser(__doc__.splitlines()[0], LONG[0])
     parser.add_argument("--extra", action="store_true",
                         help=f"K = 50 instead of the default configurations (section {SECTION_EXTRA!r})")
+    parser.add_argument("--huge", action="store_true",
+                        help=f"T = 10^5 side by side, one sweep per call (section {SECTION_HUGE!r})")
     parser.add_argument("--sweeps-scale", type=float, default=1.0, help="scales the blocks of every configuration")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.huge:
+        args.per_call = 1
     if any(c[3] % args.per_call or c[5] % args.per_call for c in CONFIGS + QUICK + EXTRA):
         parser.error("--per-call must divide the warm-up sweeps and the sweeps per block of every configuration")
     if args.quick:
         args.no_save = True
     command = results.command_line("sweeps hsmm", argv)
-    configs = QUICK if args.quick else EXTRA if args.extra else CONFIGS
-    title = SECTION_EXTRA if args.extra else SECTION
+    configs = QUICK if args.quick else HUGE if args.huge else EXTRA if args.extra else CONFIGS
+    title = SECTION_HUGE if args.huge else SECTION_EXTRA if args.extra else SECTION
     recs, long_rec = [], None
     with tempfile.TemporaryDirectory() as tmp:
         worker = peers.Worker("pyhsmm", args.pyhsmm, args.pyhsmm_path) if args.pyhsmm else None

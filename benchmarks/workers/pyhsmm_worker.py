@@ -15,6 +15,10 @@ JSON-lines protocol on stdin / the original stdout (library prints go to stderr)
   "max_duration"): WeakLimitHDPHSMMIntNegBin (the phase embedding of integer-r negative-binomial
   durations) with NegativeBinomialIntegerR2Duration (d - 1 ~ NB(r, p), r uniform on 1..R, p ~
   Beta(a, b): numpyro-hdphmm's durations.NegativeBinomial(a, b, r_values=1..R)), untruncated.
+  Optional in "hsmm": "niw": {"mu_0": [...], "sigma_0": [[...]], "kappa_0": k, "nu_0": n} (the NIW prior
+  itself instead of the data-scaled one) and "init_state_concentration" (else alpha).
+  "run" with "loglik": true also returns "loglik": log p(y | parameters), the states and durations
+  summed out by pyhsmm's own messages on a fresh copy of the data (the same trunc), untimed.
 """
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see README: multithreaded OpenBLAS is ~20x slower here
@@ -35,9 +39,15 @@ def build(y, L, seed, hsmm=None):
     D = y.shape[1]
     # data-scaled NIW prior, the same as numpyro-hdphmm's GaussianNIW.weakly_informative(y):
     # mu_0 = data mean, kappa_0 = 0.01, nu_0 = D + 2, sigma_0 = data covariance + 1e-6 I
-    mu0 = y.mean(0)
-    S0 = np.cov(y.T, bias=True).reshape(D, D) + 1e-6 * np.eye(D)
-    obs = [Gaussian(mu_0=mu0, sigma_0=S0, kappa_0=0.01, nu_0=D + 2.0) for _ in range(L)]
+    niw = (hsmm or {}).get("niw")
+    if niw is not None:
+        prior = dict(mu_0=np.asarray(niw["mu_0"], float), sigma_0=np.asarray(niw["sigma_0"], float),
+                     kappa_0=float(niw["kappa_0"]), nu_0=float(niw["nu_0"]))
+    else:
+        prior = dict(mu_0=y.mean(0), sigma_0=np.cov(y.T, bias=True).reshape(D, D) + 1e-6 * np.eye(D), kappa_0=0.01,
+                     nu_0=D + 2.0)
+    obs = [Gaussian(**prior) for _ in range(L)]
+    init_conc = (hsmm or {}).get("init_state_concentration", (hsmm or {}).get("alpha"))
     if hsmm is not None and hsmm.get("duration") == "negbin":
         from pyhsmm.basic.distributions import NegativeBinomialIntegerR2Duration
         R = int(hsmm["r_max"])
@@ -45,7 +55,7 @@ def build(y, L, seed, hsmm=None):
                                                  r_support=np.arange(1, R + 1), r_probs=np.full(R, 1.0 / R))
                for _ in range(L)]
         m = pyhsmm.models.WeakLimitHDPHSMMIntNegBin(alpha=hsmm["alpha"], gamma=hsmm["gamma"],
-                                                    init_state_concentration=hsmm["alpha"], obs_distns=obs,
+                                                    init_state_concentration=init_conc, obs_distns=obs,
                                                     dur_distns=dur)
         m.add_data(y)
         return m
@@ -53,7 +63,7 @@ def build(y, L, seed, hsmm=None):
         from pyhsmm.basic.distributions import PoissonDuration
         dur = [PoissonDuration(alpha_0=hsmm["dur_concentration"], beta_0=hsmm["dur_rate"]) for _ in range(L)]
         m = pyhsmm.models.WeakLimitHDPHSMM(alpha=hsmm["alpha"], gamma=hsmm["gamma"],
-                                           init_state_concentration=hsmm["alpha"], obs_distns=obs, dur_distns=dur)
+                                           init_state_concentration=init_conc, obs_distns=obs, dur_distns=dur)
         m.add_data(y, trunc=int(hsmm["max_duration"]))
         assert type(m.states_list[0]).__name__ == "HSMMStatesEigen"
         return m
@@ -63,7 +73,7 @@ def build(y, L, seed, hsmm=None):
     return m
 
 
-model = None
+model = trunc = None
 for line in sys.stdin:
     msg = json.loads(line)
     cmd = msg["cmd"]
@@ -73,6 +83,7 @@ for line in sys.stdin:
         y = np.load(msg["data"])["y"].astype(np.float64)
         t0 = time.perf_counter()
         model = build(y, msg["L"], msg["seed"], msg.get("hsmm"))
+        trunc = (msg.get("hsmm") or {}).get("max_duration")
         for _ in range(msg.get("warmup", 10)):
             model.resample_model()
         out = {"ok": True, "setup_s": time.perf_counter() - t0, "dtype": "float64",
@@ -86,6 +97,9 @@ for line in sys.stdin:
         out = {"times": times, "used": int(len(np.unique(model.states_list[0].stateseq)))}
         if msg.get("states"):
             out["states"] = model.states_list[0].stateseq.astype(int).tolist()
+        if msg.get("loglik"):
+            kw = {} if trunc is None else {"trunc": int(trunc)}
+            out["loglik"] = float(model.log_likelihood(y, **kw))
     elif cmd == "chain":
         y = np.load(msg["data"])["y"].astype(np.float64)
         m = build(y, msg["L"], msg["seed"], msg.get("hsmm"))

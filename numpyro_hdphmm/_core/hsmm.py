@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax, random
 from jax.scipy.special import logsumexp
+from numpyro_hdphmm._core.reduce import cumulative_logsumexp
 
 __all__ = [
     "HSMMMessages",
@@ -93,7 +94,7 @@ def duration_tables(log_pmf) -> Tuple[jax.Array, jax.Array]:
     survival ``log P(D >= d) = logsumexp_{d' >= d} log p(d')`` (reverse cumulative, in log space)."""
     log_pmf = jnp.asarray(log_pmf)
     log_dur = log_pmf - logsumexp(log_pmf, axis=-1, keepdims=True)
-    log_surv = jnp.flip(lax.cumlogsumexp(jnp.flip(log_dur, -1), axis=log_dur.ndim - 1), -1)
+    log_surv = cumulative_logsumexp(log_dur, axis=-1, reverse=True)
     return log_dur, log_surv
 
 

@@ -44,7 +44,9 @@ included), ``S_t(l) = logsumexp_j (log_entry[l, j] + c_t(l, j))`` (a segment of 
 log(1 - p_k)`` otherwise; ``log p(y) = logsumexp_k (log_init_k + S_0(k))`` (:func:`phase_backward`, in log space).  The
 sampler (:func:`phase_sample`) runs the same recursion in rescaled probability space, ``O(T K (R
 + K))``, and draws ``(z_0, j_0)`` from ``pi_k entry_k(j) C_0(k, j)`` and then each next pair from the
-three moves weighted by the messages, ``O(K + R)`` per step; no Python per step.
+three moves weighted by the messages, ``O(K + R)`` per step; no Python per step.  A left-censored
+first segment (the process ran before the first step, in equilibrium) enters its phases by the
+residual-life entry law ``log_entry_first`` (:func:`residual_entry`) at ``t = 0``.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ from jax.scipy.special import gammaln, logsumexp
 
 from numpyro_hdphmm._core.hsmm import masked_likelihoods
 from numpyro_hdphmm._core.random import uniform_open
+from numpyro_hdphmm._core.reduce import cumulative_logsumexp
 
-__all__ = ["PhaseTables", "PhaseMessages", "negative_binomial_phases", "phase_backward", "phase_sample"]
+__all__ = ["PhaseTables", "PhaseMessages", "negative_binomial_phases", "residual_entry", "phase_backward",
+           "phase_sample"]
 
 
 class PhaseTables(NamedTuple):
@@ -89,6 +93,19 @@ def negative_binomial_phases(r, p, num_phases: int) -> PhaseTables:
     return PhaseTables(jnp.where(inside, entry, -jnp.inf), jnp.log(p), jnp.log1p(-p))
 
 
+def residual_entry(tables: PhaseTables):
+    r"""``log_entry_first (K, R)``: the entry law of the phases for the residual life of a segment in
+    equilibrium (a left-censored first segment).  The residual life ``R`` of a phase-type law
+    ``P(D >= d) = a Q^{d-1} 1`` (entry law ``a``, sub-stochastic ``Q``) has ``P(R = d) = P(D >= d) /
+    E[D] = a_R Q^{d-1} q`` with ``a_R = a (I - Q)^{-1} / E[D]`` (``q = (I - Q) 1`` the exit
+    probabilities: ``(I - Q)^{-1} q = 1``), the expected time spent in each phase.  Every phase of a
+    state lasts ``1 / (1 - p_k)`` steps on average and phase ``j`` is visited when the segment
+    enters at ``j`` or above, so ``a_R(j) ∝ P(entry >= j)``: the entry law's reverse cumulative sum,
+    normalized."""
+    log_tail = cumulative_logsumexp(tables.log_entry, axis=-1, reverse=True)
+    return log_tail - logsumexp(log_tail, axis=-1, keepdims=True)
+
+
 class PhaseMessages(NamedTuple):
     """Result of :func:`phase_backward`: ``log_occupied (T, K, R)`` (``c_t``), ``log_start (T, K)``
     (``S_t``) and ``marginal_loglik``."""
@@ -104,8 +121,10 @@ def _shift_down(c, fill):
 
 
 def phase_backward(log_init, log_trans, tables: PhaseTables, ll, mask=None, length=None, *,
-                   right_censored: bool = True) -> PhaseMessages:
-    """Backward messages of one sequence (module docstring): :class:`PhaseMessages`."""
+                   right_censored: bool = True, log_entry_first=None) -> PhaseMessages:
+    """Backward messages of one sequence (module docstring): :class:`PhaseMessages`
+    (``log_entry_first (K, R)``: the first segment's entry law, :func:`residual_entry`; ``None``:
+    ``tables.log_entry``)."""
     ll, length = masked_likelihoods(ll, mask, length)
     t_max, k = ll.shape
     num_r = tables.log_entry.shape[-1]
@@ -131,7 +150,8 @@ def phase_backward(log_init, log_trans, tables: PhaseTables, ll, mask=None, leng
 
     init = (jnp.full((k, num_r), ninf), jnp.full((k,), ninf))
     _, (occupied, start) = lax.scan(body, init, jnp.arange(t_max), reverse=True)
-    return PhaseMessages(occupied, start, logsumexp(log_init + start[0]))
+    start_first = start[0] if log_entry_first is None else logsumexp(log_entry_first + occupied[0], axis=-1)
+    return PhaseMessages(occupied, start, logsumexp(log_init + start_first))
 
 
 class _Scaled(NamedTuple):
@@ -194,7 +214,7 @@ def _pick(u, weights):
 
 
 def phase_sample(rng_key, log_init, log_trans, tables: PhaseTables, ll, mask=None, length=None, *,
-                 right_censored: bool = True):
+                 right_censored: bool = True, log_entry_first=None):
     r"""A segmentation of one sequence from its posterior through the phase chain: ``(states (T,),
     marginal_loglik, ok)``.  The states have the law of :func:`numpyro_hdphmm._core.hsmm.hsmm_sample`
     with the untruncated phase-type durations; padded steps copy the last valid state.
@@ -206,7 +226,8 @@ def phase_sample(rng_key, log_init, log_trans, tables: PhaseTables, ll, mask=Non
     :func:`numpyro_hdphmm._core.hmm.hmm_posterior_sample_fast`).  Forward sampling from ``(z, j)``
     at ``t - 1``: stay ``∝ p_z C_t(z, j)``, move down ``∝ (1 - p_z) C_t(z, j - 1)``, or (from phase
     0) a new segment ``∝ (1 - p_z) sum_l A_zl S_t(l)``, then its state ``l ∝ A_zl S_t(l)`` and phase
-    ``j' ∝ entry_l(j') C_t(l, j')``: three uniforms and ``O(K + R)`` work per step."""
+    ``j' ∝ entry_l(j') C_t(l, j')``: three uniforms and ``O(K + R)`` work per step.  ``(z_0, j_0)``
+    enter by ``log_entry_first`` (:func:`residual_entry`) when given."""
     ll, length = masked_likelihoods(ll, mask, length)
     t_max = ll.shape[0]
     dtype = ll.dtype
@@ -215,11 +236,13 @@ def phase_sample(rng_key, log_init, log_trans, tables: PhaseTables, ll, mask=Non
     entry = jnp.exp(tables.log_entry)
     stay, move = jnp.exp(tables.log_stay), jnp.exp(tables.log_move)
     init = jnp.exp(log_init - jnp.max(log_init))
+    entry_first = entry if log_entry_first is None else jnp.exp(log_entry_first)
+    start_first = jnp.sum(entry_first * msgs.occupied[0], axis=-1)
     k_first, k_steps = random.split(rng_key)
     u0 = uniform_open(k_first, (2,), dtype)
-    z0 = _pick(u0[0], init * msgs.start[0])
-    j0 = _pick(u0[1], entry[z0] * msgs.occupied[0, z0])
-    marginal = jnp.log(jnp.sum(init * msgs.start[0])) + jnp.max(log_init) + msgs.log_scale[0]
+    z0 = _pick(u0[0], init * start_first)
+    j0 = _pick(u0[1], entry_first[z0] * msgs.occupied[0, z0])
+    marginal = jnp.log(jnp.sum(init * start_first)) + jnp.max(log_init) + msgs.log_scale[0]
 
     def body(carry, inputs):
         z, j = carry

@@ -8,6 +8,11 @@ so no reduction is wider than 16 (32 for up to 256 entries).  A last axis longer
 not a multiple of 8 is padded (with 0 for sums, ``-inf`` for maxima): callers that run many
 reductions per step pad their arrays once (:func:`padded_size`) instead.
 
+:func:`cumulative_logsumexp` is ``lax.cumlogsumexp`` that runs as a sequential ``lax.scan`` on
+XLA:CPU, where the associative scan JAX lowers the cumulative reductions to costs ~20x more at the
+lengths of a duration table (measured: ``(20, 50)`` 0.27 ms against 0.014 ms, ``(20, 200)`` 0.75 ms
+against 0.043 ms); other platforms keep the log-depth associative scan.
+
 Every function works on any leading batch shape and is jittable and vmappable.
 """
 
@@ -17,8 +22,9 @@ import functools
 import operator
 
 import jax.numpy as jnp
+from jax import lax
 
-__all__ = ["padded_size", "pad_last", "pad_states", "block_sum", "block_max"]
+__all__ = ["padded_size", "pad_last", "pad_states", "block_sum", "block_max", "cumulative_logsumexp"]
 
 
 def padded_size(size: int) -> int:
@@ -64,3 +70,27 @@ def block_max(x):
     """``max(x, -1)``, taken over slices of 8 first (see the module docstring)."""
     partial = _blocked(x, jnp.maximum, -jnp.inf)
     return jnp.max(x if partial is None else partial, -1)
+
+
+def _sequential_cumlogsumexp(x, axis: int, reverse: bool):
+    moved = jnp.moveaxis(x, axis, 0)
+
+    def step(total, column):
+        total = jnp.logaddexp(total, column)
+        return total, total
+
+    _, out = lax.scan(step, jnp.full(moved.shape[1:], -jnp.inf, moved.dtype), moved, reverse=reverse)
+    return jnp.moveaxis(out, 0, axis)
+
+
+def cumulative_logsumexp(x, axis: int = -1, reverse: bool = False):
+    r"""``log sum_{j <= i} exp(x_j)`` along ``axis`` (``j >= i`` with ``reverse``): the values of
+    ``lax.cumlogsumexp(x, axis, reverse)``, a sequential scan on CPU (module docstring); same
+    shape as ``x``, differentiable."""
+    x = jnp.asarray(x)
+    if x.ndim == 0 or x.shape[axis] == 0:
+        return x
+    axis = axis % x.ndim
+    return lax.platform_dependent(
+        x, cpu=lambda v: _sequential_cumlogsumexp(v, axis, reverse),
+        default=lambda v: lax.cumlogsumexp(v, axis=axis, reverse=reverse))

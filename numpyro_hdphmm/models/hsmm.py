@@ -52,17 +52,9 @@ from numpyro_hdphmm.models.declare import declare_sites
 __all__ = ["HDPHSMM", "SemiMarkovChain"]
 
 
-def _check_untruncated(duration, max_duration, left_censored):
+def _check_untruncated(duration, max_duration):
     """Raise for what the untruncated model (``max_duration=None``) does not support."""
-    if max_duration is not None:
-        return
-    if left_censored:
-        raise NotImplementedError(
-            "left_censoring=True with max_duration=None: the left-censored first segment's residual-life law needs "
-            "the tail sums sum_{r >= d} P(D >= r), which this version computes only for truncated laws; give an "
-            "integer max_duration (and keep left_censoring=True), or max_duration=None with left_censoring=False."
-        )
-    if hasattr(duration, "lowest_duration"):
+    if max_duration is None and hasattr(duration, "lowest_duration"):
         duration.lowest_duration()  # a Custom law: raises unless its support starts at 0 or above
 
 
@@ -112,7 +104,7 @@ class SemiMarkovChain(Distribution):
                  validate_args=None):
         self.num_steps = check_capacity("num_steps", num_steps, 1)
         self.max_duration = None if max_duration is None else check_capacity("max_duration", max_duration, 1)
-        _check_untruncated(duration, self.max_duration, left_censored)
+        _check_untruncated(duration, self.max_duration)
         self.duration = duration
         self.duration_params = duration_params
         self.right_censored = bool(right_censored)
@@ -155,12 +147,15 @@ class SemiMarkovChain(Distribution):
         :mod:`numpyro_hdphmm._core.hsmm` (``first``: the left-censored first segment's tables or
         ``None``).  Untruncated: ``D = num_steps`` (no segment of a sequence is longer), ``log_dur``
         the law itself (not renormalized on ``1..D``) and ``log_surv`` its survival function, both
-        conditioned on ``d >= 1`` (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_mass_from_one`)."""
+        conditioned on ``d >= 1`` (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_mass_from_one`);
+        ``first`` the untruncated residual-life law and its survival
+        (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_residual_tables`)."""
         k = self.num_states
         log_init = safe_log(self.initial_probs[:k])
         log_trans = hsmm.without_self_transitions(self.transition_matrix)
         if self.untruncated:
-            return log_init, log_trans, self._untruncated_tables(self.num_steps), None
+            first = self._residual_tables(self.num_steps) if self.left_censored else None
+            return log_init, log_trans, self._untruncated_tables(self.num_steps), first
         log_pmf = self.duration.log_pmf(self.duration_params, jnp.arange(1, self.max_duration + 1))  # (D, K)
         durations = hsmm.duration_tables(log_pmf.T)
         first = hsmm.left_censored_tables(durations[1]) if self.left_censored else None
@@ -174,6 +169,12 @@ class SemiMarkovChain(Distribution):
         log_surv = self.duration.log_survival_table(params, num_d) - mass
         return log_dur.T, log_surv.T
 
+    def _residual_tables(self, num_d: int):
+        """``(log p_R, log P(R >= d)) (K, num_d)``: the untruncated residual-life law of a left-censored
+        first segment (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_residual_tables`)."""
+        log_res, log_res_surv = self.duration.log_residual_tables(self.duration_params, num_d)
+        return log_res.T, log_res_surv.T
+
     def duration_logits(self):
         """``(log_dur (K, C), first)`` for drawing segments (:func:`~numpyro_hdphmm._core.hsmm.sample_segments`):
         the truncated law on ``1..D`` (``C = D``), or the untruncated law on ``1..T`` with a last column
@@ -182,14 +183,19 @@ class SemiMarkovChain(Distribution):
             _, _, (log_dur, _), first = self.tables()
             return log_dur, first
         log_dur, log_surv = self._untruncated_tables(self.num_steps + 1)
-        return jnp.concatenate([log_dur[:, :-1], log_surv[:, -1:]], -1), None
+        first = None
+        if self.left_censored:
+            log_res, log_res_surv = self._residual_tables(self.num_steps + 1)
+            first = (jnp.concatenate([log_res[:, :-1], log_res_surv[:, -1:]], -1),)
+        return jnp.concatenate([log_dur[:, :-1], log_surv[:, -1:]], -1), first
 
     def _untruncated_duration_terms(self, z, n):
         """The duration terms of one sequence ``z (T,)`` of length ``n`` under the untruncated law:
         ``log p(d)`` at each segment's end (``log P(D >= d)`` for the right-censored last one), both
-        conditioned on ``d >= 1``.  The pmf is evaluated at the segments' durations and the survival
-        at the last one only (closed form where the family has one), not over a table of every
-        duration: ``O(T K)``."""
+        conditioned on ``d >= 1``, and with left-censoring the first segment's residual-life term
+        (:meth:`_residual_tables`; its survival when it is also the right-censored last one).  The pmf
+        is evaluated at the segments' durations and the survival at the last one only (closed form
+        where the family has one), not over a table of every duration: ``O(T K)``."""
         params = self.duration_params
         ends, durations = hsmm.segments(z, n)
         t = jnp.arange(z.shape[-1])
@@ -203,6 +209,12 @@ class SemiMarkovChain(Distribution):
             surv = table[jnp.clip(durations[last] - 1, 0, z.shape[-1] - 1), z[last]]
         censored = self.right_censored & (t == last)
         terms = jnp.where(censored, surv, pmf) - mass[z]
+        if self.left_censored:
+            log_res, log_res_surv = self._residual_tables(z.shape[-1])
+            first_end = jnp.argmax(ends)
+            d0 = jnp.clip(durations[first_end] - 1, 0, z.shape[-1] - 1)
+            table = jnp.where(self.right_censored & (first_end == last), log_res_surv, log_res)
+            terms = jnp.where(t == first_end, table[z[first_end], d0], terms)
         return jnp.sum(jnp.where(ends, terms, 0.0))
 
     def _untruncated_log_prob(self, z, n, log_init, log_trans):
@@ -326,7 +338,7 @@ class HDPHSMM(ModelClass, Distribution):
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"`{flag}` must be True or False, got {value!r}.")
         self.duration = _check_duration(duration, self.max_states)
-        _check_untruncated(self.duration, self.max_duration, left_censoring)
+        _check_untruncated(self.duration, self.max_duration)
         self.right_censoring = bool(right_censoring)
         self.left_censoring = bool(left_censoring)
         check_positive("gamma", gamma)

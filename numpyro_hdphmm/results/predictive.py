@@ -184,17 +184,23 @@ def _forecast_hsmm_core(rng_key, trans, tables, last, elapsed, params, history, 
 _forecast_hsmm_jit = jax.jit(_forecast_hsmm_core, static_argnames=("steps", "emission_batched", "right_censored"))
 
 
-def _durations_beyond(untruncated, horizon: int):
-    """``log_dur (S, K, horizon + 1)`` of an untruncated model: the law on ``d = 1..horizon`` and a last
-    column ``log P(D > horizon)`` (a segment that lasts past the forecast), from the draws'
-    ``(family, params)``, conditioned on ``d >= 1`` as the model is."""
+def _durations_beyond(untruncated, horizon: int, left_censored: bool):
+    """``(log_dur, first_dur)`` each ``(S, K, horizon + 1)`` of an untruncated model: the law on ``d =
+    1..horizon`` and a last column ``log P(D > horizon)`` (a segment that lasts past the forecast),
+    from the draws' ``(family, params)``, conditioned on ``d >= 1`` as the model is; ``first_dur`` the
+    same for a left-censored first segment (the residual-life law,
+    :meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_residual_tables`), else ``log_dur``."""
     family, params = untruncated
 
     def one(fam, par):
         mass = fam.log_mass_from_one(par)
         log_pmf = fam.log_pmf(par, jnp.arange(1, horizon + 1)) - mass  # (horizon, K)
         beyond = fam.log_survival_table(par, horizon + 1)[-1] - mass  # (K,)
-        return jnp.concatenate([log_pmf.T, beyond[:, None]], -1)
+        log_dur = jnp.concatenate([log_pmf.T, beyond[:, None]], -1)
+        if not left_censored:
+            return log_dur, log_dur
+        log_res, log_res_surv = fam.log_residual_tables(par, horizon + 1)
+        return log_dur, jnp.concatenate([log_res[:-1].T, log_res_surv[-1:].T], -1)
 
     return jax.vmap(one)(family, params)
 
@@ -382,8 +388,11 @@ def forecast(
     if draws.kind == "hsmm":
         segs = draws.segments
         elapsed, from_start = _last_segments(states3, lengths)
-        log_dur = segs.log_dur if segs.untruncated is None else _durations_beyond(segs.untruncated, num_steps + steps)
-        first_dur = log_dur if segs.first is None else segs.first[0]
+        if segs.untruncated is None:
+            log_dur = segs.log_dur
+            first_dur = log_dur if segs.first is None else segs.first[0]
+        else:
+            log_dur, first_dur = _durations_beyond(segs.untruncated, num_steps + steps, segs.first is not None)
         tables = (segs.log_trans, log_dur, first_dur, from_start)
         zs, ys, esc = _forecast_hsmm_jit(rng_key, trans, tables, last, elapsed, params, history, family, steps,
                                          emission_batched, bool(segs.right_censored))

@@ -61,3 +61,96 @@ def test_negative_binomial_with_a_gamma_prior_on_r():
     k = np.bincount(states).argmax()
     mean = 1 + r[:, k] * p[:, k] / (1 - p[:, k])
     assert 7.0 < mean.mean() < 18.0, mean.mean()
+
+
+# ============================================================ the truncated duration update alone
+TRUNC_R, TRUNC_D = (1, 2, 3), 10
+# state 0: three left-censored first segments of 1 step, a complete one of 5 and a right-censored last one
+# of 2; the whole fourth sequence (4 steps: left- and right-censored at once)
+CENSORED_STATES = jnp.array([[0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0],
+                             [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+                             [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+                             [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
+CENSORED_LENGTHS = jnp.array([13, 6, 4, 4], jnp.int32)
+#: state 0's segments of CENSORED_STATES by how they are scored
+SEGMENTS = {"left": (1, 1, 1), "complete": (5,), "right": (2,), "both": (4,)}
+
+
+def _exact_truncated_r_posterior(left_censored):
+    """``p(r | segments of state 0)`` of the shifted NB truncated to ``{1..D}`` (``r`` uniform on
+    ``TRUNC_R``, ``p ~ Beta(2, 2)`` integrated out by the midpoint rule), with the left-censored
+    segments (:data:`SEGMENTS`) scored by the residual-life law ``P(D >= d) / E[D]`` (its survival
+    where also right-censored) or, without left-censoring, as ordinary segments."""
+    from scipy import stats
+    from scipy.special import betaln, logsumexp
+
+    p = (np.arange(20000) + 0.5) / 20000
+    log_prior_p = np.log(p) + np.log1p(-p) - betaln(2.0, 2.0)
+    d = np.arange(1, TRUNC_D + 1)
+    out = []
+    for r in TRUNC_R:
+        log_pmf = stats.nbinom(r, 1 - p[:, None]).logpmf(d[None] - 1)
+        log_pmf -= logsumexp(log_pmf, 1, keepdims=True)
+        log_surv = np.flip(np.logaddexp.accumulate(np.flip(log_pmf, 1), 1), 1)  # P(D >= d)
+        log_mean = logsumexp(log_surv, 1)
+        residual_surv = np.flip(np.logaddexp.accumulate(np.flip(log_surv, 1), 1), 1) - log_mean[:, None]
+        col = lambda table, k: table[:, k - 1]
+        terms = sum(col(log_pmf, k) for k in SEGMENTS["complete"]) + sum(col(log_surv, k) for k in SEGMENTS["right"])
+        if left_censored:
+            terms = terms + sum(col(log_surv, k) - log_mean for k in SEGMENTS["left"])
+            terms = terms + sum(col(residual_surv, k) for k in SEGMENTS["both"])
+        else:
+            terms = terms + sum(col(log_pmf, k) for k in SEGMENTS["left"]) + sum(col(log_surv, k) for k in SEGMENTS["both"])
+        out.append(logsumexp(terms + log_prior_p))
+    out = np.array(out)
+    return np.exp(out - logsumexp(out))
+
+
+def _truncated_updated_r(left_censored, num_chains, num_steps=40):
+    """State 0's ``r`` after ``num_steps`` truncated duration updates
+    (:func:`~numpyro_hdphmm.infer.moves.semi_markov.sample_duration_parameters`) in ``num_chains``
+    independent chains, for :data:`CENSORED_STATES`."""
+    import jax
+
+    from numpyro_hdphmm._core import hsmm
+    from numpyro_hdphmm.infer.moves import semi_markov
+
+    family = nh.durations.NegativeBinomial(2.0, 2.0, r_values=TRUNC_R)
+    grid = jnp.arange(1, TRUNC_D + 1)
+
+    def chain(key):
+        k0, k_steps = jax.random.split(key)
+        params = family.sample_parameters(k0, (2,))
+
+        def step(params, key):
+            log_dur, log_surv = hsmm.duration_tables(family.log_pmf(params, grid).T)
+            new, _ = semi_markov.sample_duration_parameters(key, family, params, CENSORED_STATES, CENSORED_LENGTHS,
+                                                            log_dur, log_surv, right_censored=True,
+                                                            left_censored=left_censored)
+            return new, None
+
+        params, _ = jax.lax.scan(step, params, jax.random.split(k_steps, num_steps))
+        return params["r"][0]
+
+    return np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(random.key(11), num_chains)))
+
+
+@pytest.mark.statistical
+def test_truncated_duration_update_targets_the_censored_posterior():
+    """The truncated model's duration step (censored segments completed, conjugate proposal, the
+    truncation mass and the left-censored segments' mean in the ratio) leaves ``p(r, p | segments)``
+    invariant with left- and right-censored segments, one of them both at once: ``r``'s law after
+    40 steps against the exact posterior.  The negative control runs the step without
+    left-censoring (the first segments scored as ordinary ones) on the same segments."""
+    from tests.infer._checks import tv_bound
+
+    exact = _exact_truncated_r_posterior(True)
+    n = 2000
+    freq = np.bincount(_truncated_updated_r(True, n) - 1, minlength=3) / n
+    wrong = np.bincount(_truncated_updated_r(False, n) - 1, minlength=3) / n
+    bound = tv_bound(exact, n)
+    tv, tv_wrong = 0.5 * np.abs(freq - exact).sum(), 0.5 * np.abs(wrong - exact).sum()
+    print(f"truncated duration update: r posterior {np.round(exact, 3)}, draws {np.round(freq, 3)}: TV {tv:.4f} "
+          f"(bound {bound:.4f}); without left-censoring {np.round(wrong, 3)}: TV {tv_wrong:.4f} (its own target "
+          f"{np.round(_exact_truncated_r_posterior(False), 3)})")
+    assert tv < bound < tv_wrong

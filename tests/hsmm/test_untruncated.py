@@ -29,6 +29,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import hsmm, phases
 from numpyro_hdphmm.infer.moves import semi_markov
 
+from tests.hsmm.test_duration_sites import CENSORED_LENGTHS, CENSORED_STATES, SEGMENTS
 from tests.hsmm.test_weak_limit_hsmm import ALPHA, GAMMA, Y, check_geweke, exact_hsmm_posterior
 from tests.infer._checks import empirical_tv, empirical_tv_keys, final_states, tv_bound
 
@@ -96,20 +97,56 @@ def _problem(seed=0, k=3, t=9):
     return log_init, log_trans, jnp.asarray(rng.normal(size=(t, k)))
 
 
+@pytest.mark.parametrize("left_censored", [False, True])
 @pytest.mark.parametrize("right_censored", [True, False])
-def test_phase_messages_match_the_explicit_messages(right_censored):
+def test_phase_messages_match_the_explicit_messages(right_censored, left_censored):
+    """The phase messages against the explicit-duration messages of the untruncated law; with
+    left-censoring, the phases' residual entry law (:func:`phases.residual_entry`, the expected time
+    in each phase) against the explicit residual-life tables (``P(D >= d) / E[D]`` and its survival,
+    ``log_residual_tables``): two derivations of the same first-segment law."""
     log_init, log_trans, ll = _problem()
     family, params, log_dur, log_surv = _nb_tables([1, 3, 4], [0.3, 0.6, 0.45], ll.shape[0])
     tables = family.phase_embedding(params)
+    entry_first, first = None, None
+    if left_censored:
+        entry_first = phases.residual_entry(tables)
+        first = tuple(v.T for v in family.log_residual_tables(params, ll.shape[0]))
     mask = jnp.array([True] * 4 + [False] + [True] * 4)
     for length in (9, 6, 1):
-        got = phases.phase_backward(log_init, log_trans, tables, ll, mask, length, right_censored=right_censored)
+        got = phases.phase_backward(log_init, log_trans, tables, ll, mask, length, right_censored=right_censored,
+                                    log_entry_first=entry_first)
         want = hsmm.hsmm_backward(log_init, log_trans, log_dur, log_surv, ll, mask, length,
-                                  right_censored=right_censored)
+                                  right_censored=right_censored, first=first)
         assert abs(float(got.marginal_loglik - want.marginal_loglik)) < 1e-10, length
         _, fast, ok = phases.phase_sample(jax.random.key(0), log_init, log_trans, tables, ll, mask, length,
-                                          right_censored=right_censored)
+                                          right_censored=right_censored, log_entry_first=entry_first)
         assert bool(ok) and abs(float(fast - want.marginal_loglik)) < 1e-10, length
+
+
+@pytest.mark.parametrize("name, make, params, reference", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_residual_life_tables_match_a_direct_sum(name, make, params, reference):
+    """``log_residual_tables``: ``P(D >= d) / E[D]`` and its survival against SciPy's survival
+    function summed directly (to ``d = 3000``) and the law's mean, float64."""
+    family = make()
+    p = {k: jnp.asarray(v, jnp.int32 if k == "r" and name == "nb" else jnp.float64) for k, v in params.items()}
+    log_res, log_res_surv = (np.asarray(v) for v in family.log_residual_tables(p, 60))
+    d = np.arange(1, 3001)[:, None]
+    log_sf = reference(d, params)  # log P(D >= d), (3000, K)
+    log_mean = logsumexp(log_sf, 0)  # E[D] = sum_d P(D >= d)
+    want = log_sf[:60] - log_mean
+    want_surv = np.logaddexp.accumulate((log_sf - log_mean)[::-1], 0)[::-1][:60]
+    # the pmf summed: the complement while it is above 1e3 eps (to rounding), the tail sum beyond (the mass
+    # past the table extrapolated geometrically: 1e-3 relative to the log, as for the summed survival tables)
+    floor = np.log(1e3 * np.finfo(np.float64).eps)
+    # the residual survival is a complement of complements: its absolute error is ~1000 eps, in the log ~1000 eps / P
+    for got_table, want_table, above, k in ((log_res, want, log_sf[:60] > floor, 100),
+                                            (log_res_surv, want_surv, want_surv > floor, 1000)):
+        tol = 1e-10 + k * np.finfo(np.float64).eps / np.exp(want_table[above])
+        assert np.all(np.abs(got_table[above] - want_table[above]) < tol)
+        fin = want_table > -600
+        rel = np.abs(got_table - want_table)[fin] / np.maximum(1.0, np.abs(want_table[fin]))
+        assert rel.max() < 1e-3, rel.max()
+        assert np.all(np.isfinite(got_table))
 
 
 def test_geometric_phases_are_the_hmm_forward_algorithm():
@@ -155,16 +192,44 @@ def test_phase_sampler_draws_the_explicit_posterior_and_detects_a_wrong_entry_la
     assert tv_wrong > bound
 
 
-def test_prior_draws_of_the_untruncated_segment_process_follow_its_log_prob():
+@pytest.mark.parametrize("right_censored", [True, False])
+def test_phase_sampler_with_left_censoring_draws_the_explicit_posterior(right_censored):
+    """A left-censored first segment entered by the residual entry law: the phase sampler's
+    segmentations against the exact posterior under the explicit residual-life tables (``T = 5``,
+    ``K = 3``, 40,000 draws)."""
+    log_init, log_trans, ll = _problem(seed=2, t=5)
+    family, params, log_dur, log_surv = _nb_tables([1, 2, 4], [0.5, 0.4, 0.3], 5)
+    first = tuple(v.T for v in family.log_residual_tables(params, 5))
+    t, k = ll.shape
+    seqs = np.array(list(itertools.product(range(k), repeat=t)))
+    lp = np.asarray(jax.vmap(lambda z: hsmm.hsmm_log_prob(z, log_init, log_trans, log_dur, log_surv, t,
+                                                          right_censored=right_censored, first=first)
+                             + jnp.sum(ll[jnp.arange(t), z]))(jnp.asarray(seqs)))
+    exact = {tuple(z): float(np.exp(v - logsumexp(lp))) for z, v in zip(seqs, lp)}
+    tables = family.phase_embedding(params)
+    entry_first = phases.residual_entry(tables)
+    n = 40000
+    draws = jax.jit(jax.vmap(lambda key: phases.phase_sample(key, log_init, log_trans, tables, ll,
+                                                             right_censored=right_censored,
+                                                             log_entry_first=entry_first)[0]))(
+        jax.random.split(jax.random.key(4), n))
+    tv, bound = empirical_tv_keys(exact, [tuple(z) for z in np.asarray(draws)]), tv_bound(exact.values(), n)
+    print(f"phase sampler, left-censored (right_censored={right_censored}): TV {tv:.4f}, bound {bound:.4f}")
+    assert tv < bound
+
+
+@pytest.mark.parametrize("left_censored", [False, True])
+def test_prior_draws_of_the_untruncated_segment_process_follow_its_log_prob(left_censored):
     """``SemiMarkovChain.sample`` with ``max_duration=None`` gives a segment longer than the rest of
-    the sequence its probability ``P(D > T)`` (cut at the end); renormalizing the law on ``1..T``
-    (the negative control) does not."""
+    the sequence its probability ``P(D > T)`` (cut at the end), and with left-censoring the first
+    segment its residual life; ``log_prob`` sums to one over the sequences.  Renormalizing the law on
+    ``1..T`` with no first-segment law (the negative control) does not."""
     t, k = 4, 3
     rows = jnp.array([[0.3, 0.5, 0.2], [0.4, 0.1, 0.5], [0.25, 0.25, 0.5]])
     init = jnp.array([0.5, 0.3, 0.2])
     family = nh.durations.NegativeBinomial(r_values=(1, 2, 3))
     params = {"r": jnp.array([1, 2, 3], jnp.int32), "p": jnp.array([0.5, 0.6, 0.2])}
-    chain = nh.SemiMarkovChain(init, rows, family, params, None, t)
+    chain = nh.SemiMarkovChain(init, rows, family, params, None, t, left_censored=left_censored)
     seqs = np.array(list(itertools.product(range(k), repeat=t)))
     exact = dict(zip(map(tuple, seqs), np.exp(np.asarray(jax.jit(chain.log_prob)(jnp.asarray(seqs))))))
     assert abs(sum(exact.values()) - 1.0) < 1e-10
@@ -175,15 +240,14 @@ def test_prior_draws_of_the_untruncated_segment_process_follow_its_log_prob():
     wrong = jax.jit(jax.vmap(lambda key: hsmm.sample_segments(key, jnp.log(init), jnp.log(rows), log_dur, t)[0]))(
         jax.random.split(jax.random.key(1), n))
     tv_wrong = empirical_tv_keys(exact, list(map(tuple, np.asarray(wrong))))
-    print(f"untruncated prior draws: TV {tv:.4f}, bound {bound:.4f}; renormalized on 1..T: TV {tv_wrong:.4f}")
+    print(f"untruncated prior draws (left_censored={left_censored}): TV {tv:.4f}, bound {bound:.4f}; renormalized "
+          f"on 1..T: TV {tv_wrong:.4f}")
     assert tv < bound < tv_wrong
 
 
 def test_the_untruncated_model_refuses_what_it_does_not_support():
     y = np.zeros((6, 1))
     emission = nh.emissions.GaussianNIW.weakly_informative(y)
-    with pytest.raises(NotImplementedError, match="left_censoring=True with max_duration=None"):
-        nh.HDPHSMM(1.0, 1.0, nh.durations.Poisson(), emission, max_states=3, max_duration=None, left_censoring=True)
     with pytest.raises(ValueError, match="support"):
         nh.HDPHSMM(1.0, 1.0, lambda k: dist.DiscreteUniform(-2 * jnp.ones(3), 5), emission, max_states=3,
                    max_duration=None)
@@ -216,13 +280,27 @@ def test_the_gamma_prior_r_has_a_gradient_in_the_untruncated_log_prob():
 
 
 # ============================================================================ the kernel
+def _segment_term(law, mean, d, censored):
+    """One segment's log term under ``law`` (SciPy, of ``d - 1``) with mean duration ``mean``:
+    ``censored`` is ``right`` or ``(right, left)``; the pmf, the survival ``P(D >= d)`` (right), the
+    residual life ``P(D >= d) / E[D]`` (left) or its survival ``1 - sum_{j < d} P(D >= j) / E[D]``
+    (both)."""
+    right, left = censored if isinstance(censored, tuple) else (censored, False)
+    if not left:
+        return law.logsf(d - 2) if right else law.logpmf(d - 1)
+    if right:  # sum_{j >= d} P(D >= j) / E[D]: the complement, or (where it cancels) sum_k (k - d + 1) p(k)
+        complement = 1.0 - sum(np.exp(law.logsf(j - 2)) for j in range(1, d)) / mean
+        k = np.arange(d, d + 3000)[:, None]
+        direct = np.sum((k - d + 1) * np.exp(law.logpmf(k - 1)), 0) / mean
+        return np.log(np.where(complement > 1e-6, complement, direct))
+    return law.logsf(d - 2) - np.log(mean)
+
+
 def _nb_segment_terms(d, censored):
-    """log P(D = d) or log P(D >= d) of the shifted NB on a grid of p (rows) for each r (columns)."""
+    """A segment's log term (:func:`_segment_term`) under the shifted NB on a grid of p (rows) for each r
+    (columns)."""
     p = (np.arange(4000) + 0.5) / 4000
-    out = []
-    for r in R_VALUES:
-        law = stats.nbinom(r, 1 - p)
-        out.append(law.logsf(d - 2) if censored else law.logpmf(d - 1))
+    out = [_segment_term(stats.nbinom(r, 1 - p), 1.0 + r * p / (1 - p), d, censored) for r in R_VALUES]
     return np.stack(out, -1), p
 
 
@@ -244,14 +322,14 @@ def poisson_marginal(durations, censored):
     log_prior = POISSON_CONC * np.log(POISSON_RATE) - gammaln(POISSON_CONC) + (POISSON_CONC - 1) * np.log(lam) \
         - POISSON_RATE * lam
     law = stats.poisson(lam)
-    terms = sum(law.logsf(d - 2) if c else law.logpmf(d - 1) for d, c in zip(durations, censored))
+    terms = sum(_segment_term(law, 1.0 + lam, int(d), c) for d, c in zip(durations, censored))
     return logsumexp(terms + log_prior) + np.log(lam[1] - lam[0])
 
 
-def _model(duration, right_censoring):
+def _model(duration, right_censoring, left_censoring=False):
     def model(y):
         hsmm_model = nh.HDPHSMM(GAMMA, ALPHA, duration, nh.emissions.Categorical(2, 1.0), max_states=3,
-                                max_duration=None, right_censoring=right_censoring)
+                                max_duration=None, right_censoring=right_censoring, left_censoring=left_censoring)
         nh.sample("y", hsmm_model, obs=y)
 
     return model
@@ -262,19 +340,25 @@ POISSON = nh.durations.Poisson(POISSON_CONC, POISSON_RATE)
 NUM_CHAINS, NUM_WARMUP = 3000, 40
 
 
-def _kernel_tv(duration, marginal, right_censored):
-    exact = exact_hsmm_posterior(Y, right_censored, duration_marginal=marginal)
-    draws = final_states(nh.infer.WeakLimitGibbs(_model(duration, right_censored)), (Y,), NUM_CHAINS, NUM_WARMUP)
+def _kernel_tv(duration, marginal, right_censored, left_censored=False):
+    exact = exact_hsmm_posterior(Y, right_censored, duration_marginal=marginal, left_censored=left_censored)
+    draws = final_states(nh.infer.WeakLimitGibbs(_model(duration, right_censored, left_censored)), (Y,), NUM_CHAINS,
+                         NUM_WARMUP)
     return empirical_tv(exact, draws), tv_bound(exact.values(), NUM_CHAINS)
 
 
 @pytest.mark.slow
 @pytest.mark.statistical
-@pytest.mark.parametrize("family, right_censored", [("nb", True), ("nb", False), ("poisson", True)])
-def test_exact_enumeration(family, right_censored):
+@pytest.mark.parametrize("family, right_censored, left_censored",
+                         [("nb", True, False), ("nb", False, False), ("poisson", True, False), ("nb", True, True),
+                          ("poisson", False, True)])
+def test_exact_enumeration(family, right_censored, left_censored):
+    """WeakLimitGibbs against the exact posterior over partitions (NB through the phases, Poisson through
+    the explicit messages), with the first segment left-censored in the last two cases."""
     duration, marginal = (NB, nb_marginal) if family == "nb" else (POISSON, poisson_marginal)
-    tv, bound = _kernel_tv(duration, marginal, right_censored)
-    print(f"untruncated HSMM enumeration ({family}, right_censored={right_censored}): TV {tv:.4f}, bound {bound:.4f}")
+    tv, bound = _kernel_tv(duration, marginal, right_censored, left_censored)
+    print(f"untruncated HSMM enumeration ({family}, right_censored={right_censored}, left_censored={left_censored}): "
+          f"TV {tv:.4f}, bound {bound:.4f}")
     assert tv < bound
 
 
@@ -286,7 +370,8 @@ def test_negative_control_survival_ratio_ignored(monkeypatch):
     duration parameters' conditional): the enumeration test rejects it."""
     original = semi_markov.sample_untruncated_duration_parameters
     monkeypatch.setattr(semi_markov, "sample_untruncated_duration_parameters",
-                        lambda *args, right_censored: original(*args, right_censored=False))
+                        lambda *args, right_censored, left_censored=False: original(*args, right_censored=False,
+                                                                                    left_censored=left_censored))
     tv, bound = _kernel_tv(NB, nb_marginal, True)
     print(f"untruncated HSMM enumeration, survival ratio ignored: TV {tv:.4f}, bound {bound:.4f}")
     assert tv > bound
@@ -378,25 +463,84 @@ def test_untruncated_duration_update_targets_the_censored_posterior():
     assert tv < bound < tv_wrong
 
 
+def _exact_left_r_posterior(left_censored):
+    """``p(r | segments of state 0)`` of the untruncated shifted NB for ``CENSORED_STATES``
+    (``SEGMENTS``), ``p`` integrated out by the midpoint rule: with left-censoring the first segments
+    by the residual life ``P(D >= d) / E[D]`` (its survival ``1 - sum_{j < d} P(D >= j) / E[D]`` for
+    the one censored on both sides), without it as ordinary segments."""
+    p = (np.arange(20000) + 0.5) / 20000
+    log_prior_p = (P_A - 1) * np.log(p) + (P_B - 1) * np.log1p(-p) - betaln(P_A, P_B)
+    out = []
+    for r in R_VALUES:
+        law = stats.nbinom(r, 1 - p)
+        terms = sum(_segment_term(law, 1.0 + r * p / (1 - p), d, False) for d in SEGMENTS["complete"])
+        terms = terms + sum(_segment_term(law, 1.0 + r * p / (1 - p), d, True) for d in SEGMENTS["right"])
+        kinds = {"left": (False, True), "both": (True, True)} if left_censored else {"left": False, "both": True}
+        for kind, flags in kinds.items():
+            terms = terms + sum(_segment_term(law, 1.0 + r * p / (1 - p), d, flags) for d in SEGMENTS[kind])
+        out.append(logsumexp(terms + log_prior_p))
+    out = np.array(out)
+    return np.exp(out - logsumexp(out))
+
+
+def _left_updated_r(left_censored, num_chains, num_steps=40):
+    def chain(key):
+        k0, k_steps = jax.random.split(key)
+        params = NB.sample_parameters(k0, (2,))
+
+        def step(params, key):
+            new, _ = semi_markov.sample_untruncated_duration_parameters(key, NB, params, CENSORED_STATES,
+                                                                         CENSORED_LENGTHS,
+                                                                         right_censored=True,
+                                                                         left_censored=left_censored)
+            return new, None
+
+        params, _ = jax.lax.scan(step, params, jax.random.split(k_steps, num_steps))
+        return params["r"][0]
+
+    return np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(6), num_chains)))
+
+
+@pytest.mark.slow  # 75 s: the negative binomial's update in float64, 4,000 chains of 40 steps
+@pytest.mark.statistical
+def test_untruncated_duration_update_with_left_censoring():
+    """The untruncated duration step with left-censored first segments (one of them also
+    right-censored) leaves ``p(r, p | segments)`` invariant: ``r``'s law after 40 steps against the
+    exact posterior.  The negative control runs the step without left-censoring on the same
+    segments."""
+    exact = _exact_left_r_posterior(True)
+    n = 4000
+    freq = np.bincount(_left_updated_r(True, n) - 1, minlength=3) / n
+    wrong = np.bincount(_left_updated_r(False, n) - 1, minlength=3) / n
+    bound = tv_bound(exact, n)
+    tv, tv_wrong = 0.5 * np.abs(freq - exact).sum(), 0.5 * np.abs(wrong - exact).sum()
+    print(f"untruncated duration update, left-censored: r posterior {np.round(exact, 3)}, draws {np.round(freq, 3)}: "
+          f"TV {tv:.4f} (bound {bound:.4f}); without left-censoring {np.round(wrong, 3)}: TV {tv_wrong:.4f} (its own "
+          f"target {np.round(_exact_left_r_posterior(False), 3)})")
+    assert tv < bound < tv_wrong
+
+
+@pytest.mark.parametrize("left_censored", [False, True])
 @pytest.mark.parametrize("right_censored", [True, False])
-def test_untruncated_log_prob_is_the_explicit_tables_log_prob(right_censored):
+def test_untruncated_log_prob_is_the_explicit_tables_log_prob(right_censored, left_censored):
     """``SemiMarkovChain.log_prob`` without truncation (the pmf at the segment ends, the survival at the last
     one) equals :func:`~numpyro_hdphmm._core.hsmm.hsmm_log_prob` on the full tables, for the closed-form and the
     summed survival functions, with several sequences of different lengths."""
     rows = jnp.array([[0.3, 0.5, 0.2], [0.4, 0.1, 0.5], [0.25, 0.25, 0.5]])
     init = jnp.array([0.5, 0.3, 0.2])
-    z = jnp.array([[0, 0, 1, 1, 1, 2, 2, 0], [2, 2, 2, 2, 1, 1, 0, 0]])
-    lengths = jnp.array([8, 6])
+    z = jnp.array([[0, 0, 1, 1, 1, 2, 2, 0], [2, 2, 2, 2, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1]])
+    lengths = jnp.array([8, 6, 5])  # the third: one segment, censored on both sides with left-censoring
     cases = [(nh.durations.NegativeBinomial(r_values=(1, 2, 3)), {"r": jnp.array([1, 2, 3], jnp.int32),
                                                                    "p": jnp.array([0.5, 0.6, 0.2])}),
              (nh.durations.NegativeBinomial.gamma_r(), {"r": jnp.array([1.5, 2.5, 0.7]), "p": jnp.array([0.5, 0.6, 0.2])}),
              (nh.durations.Poisson(), {"rate": jnp.array([0.5, 3.0, 7.0])})]
     @jax.jit
     def both(family, params):
-        chain = nh.SemiMarkovChain(init, rows, family, params, None, 8, lengths, right_censored=right_censored)
-        log_init, log_trans, (log_dur, log_surv), _ = chain.tables()
+        chain = nh.SemiMarkovChain(init, rows, family, params, None, 8, lengths, right_censored=right_censored,
+                                   left_censored=left_censored)
+        log_init, log_trans, (log_dur, log_surv), first = chain.tables()
         want = jax.vmap(lambda zi, n: hsmm.hsmm_log_prob(zi, log_init, log_trans, log_dur, log_surv, n,
-                                                         right_censored=right_censored))(z, lengths)
+                                                         right_censored=right_censored, first=first))(z, lengths)
         return chain.log_prob(z), want
 
     for family, params in cases:

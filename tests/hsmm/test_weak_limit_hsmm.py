@@ -49,12 +49,14 @@ def truncated_poisson_marginal(durations, censored):
 
 
 def exact_hsmm_posterior(y, right_censored, num_states=3, num_categories=2, emission_conc=1.0,
-                         duration_marginal=truncated_poisson_marginal):
+                         duration_marginal=truncated_poisson_marginal, left_censored=False):
     """Exact posterior over the partitions of the steps under the weak-limit HDP-HSMM: the rows
     integrated out (the start row's and each row's off-diagonal Dirichlet-multinomial), ``beta ~
     Dir(gamma/L)`` by quadrature, the emission probabilities integrated out (Dirichlet-categorical)
     and each state's duration parameters by ``duration_marginal(durations, censored)`` (by default
-    the truncated Poisson law's, by quadrature on a grid of rates: its likelihood is not conjugate)."""
+    the truncated Poisson law's, by quadrature on a grid of rates: its likelihood is not conjugate);
+    with ``left_censored`` each entry of ``censored`` is ``(right, left)``, ``left`` marking the
+    sequence's first segment."""
     L = num_states
     nodes, weights = _simplex_rule(L)
     log_prior_beta = gammaln(GAMMA) - L * gammaln(GAMMA / L) + np.sum((GAMMA / L - 1) * np.log(nodes), -1)
@@ -72,7 +74,10 @@ def exact_hsmm_posterior(y, right_censored, num_states=3, num_categories=2, emis
         for k in range(L):
             steps = np.flatnonzero(ends & (z == k))
             if len(steps):
-                log_pd += duration_marginal(dur[steps], [right_censored and step == t - 1 for step in steps])
+                flags = [right_censored and step == t - 1 for step in steps]
+                if left_censored:
+                    flags = [(f, step == np.flatnonzero(ends)[0]) for f, step in zip(flags, steps)]
+                log_pd += duration_marginal(dur[steps], flags)
         if not np.isfinite(log_pd):
             continue
         n = np.zeros((L, L))

@@ -6,11 +6,12 @@ duration parameters ``vartheta``), one sweep (:func:`semi_markov_sweep`) draws
 1. the segmentations ``z | pi, theta, vartheta, y``: HSMM backward messages and forward sampling
    (:func:`numpyro_hdphmm._core.hsmm.hsmm_sample_fast`: the messages in rescaled probability
    space; a sequence whose messages underflow keeps its states), every sequence with its own
-   key; for the untruncated model (``max_duration=None``, no left-censoring) with a phase-type
+   key; for the untruncated model (``max_duration=None``) with a phase-type
    duration family (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.phase_embedding`:
    negative binomial with the finite prior on ``r``, geometric), the same law through the chain
    of phases (:func:`numpyro_hdphmm._core.phases.phase_sample`, ``O(T K (R + K))`` instead of
-   ``O(T K (T + K))``);
+   ``O(T K (T + K))``; a left-censored first segment enters its phases by the residual-life entry
+   law, :func:`numpyro_hdphmm._core.phases.residual_entry`);
 2. ``theta | z, y`` from the emission family's conjugate posterior (as for the HMM);
 3. ``vartheta | z`` (:func:`sample_duration_parameters`): each censored duration completed from its
    conditional (the last segment's true duration ``d' >= d``; a left-censored first segment's
@@ -21,8 +22,10 @@ duration parameters ``vartheta``), one sweep (:func:`semi_markov_sweep`) draws
    mass of ``{1..D}`` (times ``(E_k(vartheta) / E_k(vartheta'))`` for a left-censored first
    segment, the length-bias normalizer).  Untruncated model
    (:func:`sample_untruncated_duration_parameters`): the proposal is the conjugate posterior given
-   the complete segments alone and the ratio is that of the censored segments' survival,
-   ``prod (S_k(c; vartheta') / S_k(c; vartheta))`` over the right-censored last segments of state ``k``;
+   the complete segments alone and the ratio is that of the censored segments' terms,
+   ``prod (S_k(c; vartheta') / S_k(c; vartheta))`` over the right-censored last segments of state ``k``
+   and the residual-life terms ``S_k(c) / E_k`` (or the residual survival, when the segment is also the
+   right-censored last one) of the left-censored first segments;
 4. the HDP layer given the segment transition counts ``n_jk`` (``j != k``: the self-transitions are
    removed) with auxiliary variables (:func:`sample_hdp_layer`):
 
@@ -106,9 +109,9 @@ def semi_markov_tables(view: ModelView, trans, duration_params):
 
 
 def uses_phases(chain) -> bool:
-    """Whether step 1 runs through the chain of phases: an untruncated, not left-censored segment
-    process whose duration family is phase-type (module docstring)."""
-    if not getattr(chain, "untruncated", False) or chain.left_censored:
+    """Whether step 1 runs through the chain of phases: an untruncated segment process whose
+    duration family is phase-type (module docstring)."""
+    if not getattr(chain, "untruncated", False):
         return False
     return chain.duration.phase_embedding(chain.duration_params) is not None
 
@@ -118,10 +121,10 @@ def _phase_rows(emission, right_censored):
 
     def ffbs(rows, shared):
         keys, x, valid, lengths = rows
-        (log_init, log_trans, tables), params = shared
+        (log_init, log_trans, tables, entry_first), params = shared
         log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(x, params)
         one = lambda key, ll, m, n: phases.phase_sample(key, log_init, log_trans, tables, ll, m, n,
-                                                        right_censored=right_censored)
+                                                        right_censored=right_censored, log_entry_first=entry_first)
         states, marginal, ok = jax.vmap(one)(keys, log_lik, valid, lengths)
         return states, jnp.isfinite(marginal) & ok
 
@@ -147,43 +150,50 @@ def _complete_durations(rng_key, states, lengths, log_dur, log_surv, right_censo
     """Every segment's complete duration: ``(durations, seg_states, weights, left)`` flattened over
     ``(N, T)`` (a segment at the step where it ends), censored ones completed from their
     conditional on ``{1..D}``, and ``left (K,)`` the number of left-censored first segments per
-    state (their length-bias normalizer enters the acceptance ratio)."""
+    state (their length-bias normalizer enters the acceptance ratio).  Only a sequence's first and
+    last segments can be censored, so the draws are ``(N, D)``, not one per step."""
     num_d = log_dur.shape[-1]
+    t_max = states.shape[-1]
     ends, observed = jax.vmap(hsmm.segments)(states, lengths)
-    t = jnp.arange(states.shape[-1])
-    last = t[None, :] == (lengths[:, None] - 1)
-    first_seg = (t[None, :] - observed + 1) == 0
+    rows = jnp.arange(states.shape[0])
+    has = lengths > 0
+    final = jnp.clip(lengths - 1, 0, t_max - 1)
+    first_end = jnp.argmax(ends, axis=-1)  # where the first segment ends (0 for an empty sequence)
     k_right, k_left = random.split(rng_key)
     grid = jnp.arange(1, num_d + 1)
-    at_least = lambda d: grid[None, None, :] >= d[..., None]
-    # the last segment (right-censored): d' >= d with probability ∝ p(d')
-    right = right_censored & last & ~(left_censored & first_seg)
-    row = log_dur[states]  # (N, T, D)
-    completed = random.categorical(k_right, jnp.where(at_least(observed), row, -jnp.inf)) + 1
-    durations = jnp.where(right, completed, observed)
+    at_least = lambda d: grid[None, :] >= d[:, None]
+    durations = observed
+    if right_censored:
+        # the last segment: d' >= d with probability ∝ p(d'); a left-censored first segment that is
+        # also the last is completed below
+        last_state, last_obs = states[rows, final], observed[rows, final]
+        completed = random.categorical(k_right, jnp.where(at_least(last_obs), log_dur[last_state], -jnp.inf)) + 1
+        right = has & ~(left_censored & (first_end == final))
+        durations = durations.at[rows, final].set(jnp.where(right, completed, last_obs))
+    left = jnp.zeros(log_dur.shape[0], log_dur.dtype)
     if left_censored:
         # a left-censored first segment of observed length d: its residual r = d (or, when it is also
         # the last segment and right-censored, r >= d with probability ∝ P(D >= r)), then the full
         # length-biased duration L >= r with probability ∝ p(L)
         k_r, k_l = random.split(k_left)
-        both = right_censored & last & first_seg
-        residual = random.categorical(k_r, jnp.where(at_least(observed), log_surv[states], -jnp.inf)) + 1
-        residual = jnp.where(both, residual, observed)
-        full = random.categorical(k_l, jnp.where(at_least(residual), row, -jnp.inf)) + 1
-        durations = jnp.where(first_seg & ends, full, durations)
+        first_state, first_obs = states[rows, first_end], observed[rows, first_end]
+        both = right_censored & (first_end == final)
+        residual = random.categorical(k_r, jnp.where(at_least(first_obs), log_surv[first_state], -jnp.inf)) + 1
+        residual = jnp.where(both, residual, first_obs)
+        full = random.categorical(k_l, jnp.where(at_least(residual), log_dur[first_state], -jnp.inf)) + 1
+        durations = durations.at[rows, first_end].set(jnp.where(has, full, durations[rows, first_end]))
+        left = jax.ops.segment_sum(has.astype(log_dur.dtype), first_state, num_segments=log_dur.shape[0])
     weights = ends.astype(log_dur.dtype)
-    left = jnp.zeros(log_dur.shape[0], log_dur.dtype)
-    if left_censored:
-        left = jax.ops.segment_sum((first_seg & ends).reshape(-1).astype(log_dur.dtype), states.reshape(-1),
-                                   num_segments=log_dur.shape[0])
     return durations.reshape(-1), states.reshape(-1), weights.reshape(-1), left
 
 
-def _log_truncation(family, params, num_d):
-    """``(log F (K,), log E (K,))``: the mass of ``{1..D}`` under the untruncated law and the
-    truncated law's mean ``sum_d P(D >= d)``."""
+def _log_truncation(family, params, num_d, with_mean: bool):
+    """``(log F (K,), log E (K,))``: the mass of ``{1..D}`` under the untruncated law and (when
+    ``with_mean``, else zeros) the truncated law's mean ``sum_d P(D >= d)``."""
     log_pmf = family.log_pmf(params, jnp.arange(1, num_d + 1)).T  # (K, D)
     log_mass = logsumexp(log_pmf, -1)
+    if not with_mean:
+        return log_mass, jnp.zeros_like(log_mass)
     _, log_surv = hsmm.duration_tables(log_pmf)
     return log_mass, logsumexp(log_surv, -1)
 
@@ -198,8 +208,8 @@ def sample_duration_parameters(rng_key, family, params, states, lengths, log_dur
                                                                right_censored, left_censored)
     proposal = family.sample_posterior(k_prop, params, durations, seg_states, weights, num_states)
     counts = jax.ops.segment_sum(weights, seg_states, num_segments=num_states)
-    mass_old, mean_old = _log_truncation(family, params, num_d)
-    mass_new, mean_new = _log_truncation(family, proposal, num_d)
+    mass_old, mean_old = _log_truncation(family, params, num_d, left_censored)
+    mass_new, mean_new = _log_truncation(family, proposal, num_d, left_censored)
     log_ratio = counts * (mass_old - mass_new) + left * (mean_old - mean_new)
     accept = jnp.log(draws.uniform_open(k_acc, (num_states,), log_dur.dtype)) < log_ratio
     pick = lambda new, old: jnp.where(accept.reshape((num_states,) + (1,) * (jnp.ndim(new) - 1)), new, old)
@@ -207,33 +217,49 @@ def sample_duration_parameters(rng_key, family, params, states, lengths, log_dur
     return new, jnp.mean(accept.astype(log_dur.dtype))
 
 
-def sample_untruncated_duration_parameters(rng_key, family, params, states, lengths, *, right_censored: bool):
+def sample_untruncated_duration_parameters(rng_key, family, params, states, lengths, *, right_censored: bool,
+                                           left_censored: bool = False):
     """Step 3 of the untruncated model (module docstring): ``(params, acceptance rate)``.  ``states (N, T)``,
     ``lengths (N,)``; per state an independence Metropolis-Hastings step whose proposal is the
-    family's posterior given the complete segments and whose ratio is the censored segments'
-    survival ratio (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_survival`, evaluated at
-    the ``N`` last segments only; exactly 1, always accepted, for a state without a censored segment)."""
+    family's posterior given the complete segments and whose ratio is that of the censored segments'
+    terms: the survival (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_survival`) of the
+    right-censored last segments and, with ``left_censored``, the residual-life law (or its survival,
+    for a segment censored on both sides) of the first ones
+    (:meth:`~numpyro_hdphmm.durations.base.DurationFamily.log_residual_tables`); exactly 1, always
+    accepted, for a state without a censored segment."""
     k_prop, k_acc = random.split(rng_key)
     num_states = jax.tree_util.tree_leaves(params)[0].shape[0]
     t_max = states.shape[-1]
+    rows = jnp.arange(states.shape[0])
     ends, observed = jax.vmap(hsmm.segments)(states, lengths)
-    last = jnp.arange(t_max)[None, :] == (lengths[:, None] - 1)
-    censored = ends & last & right_censored
+    has = lengths > 0
+    final = jnp.clip(lengths - 1, 0, t_max - 1)
+    first_end = jnp.argmax(ends, axis=-1)
+    both = left_censored & (first_end == final)  # the only segment: left-censored, and right-censored if that is on
+    t = jnp.arange(t_max)[None, :]
+    censored = ends & (right_censored & (t == final[:, None]))
+    if left_censored:
+        censored = censored | (ends & (t == first_end[:, None]))
     dtype = jnp.result_type(*[jnp.asarray(v) for v in params.values()], float)
     complete = (ends & ~censored).astype(dtype)
     proposal = family.sample_posterior(k_prop, params, observed.reshape(-1), states.reshape(-1), complete.reshape(-1),
                                        num_states)
-    final = jnp.clip(lengths - 1, 0, t_max - 1)
-    last_state = jnp.take_along_axis(states, final[:, None], 1)[:, 0]  # (N,)
-    last_duration = jnp.take_along_axis(observed, final[:, None], 1)[:, 0]
-    weight = jnp.full(last_state.shape, right_censored, dtype)
+    last_state, last_duration = states[rows, final], observed[rows, final]
+    right = (has & right_censored & ~both).astype(dtype)
+    first_state, first_duration = states[rows, first_end], observed[rows, first_end]
 
-    def censored_log_survival(p):
+    def censored_terms(p):
         table = family.log_survival(p, last_duration) - family.log_mass_from_one(p)  # (N, K)
-        terms = jnp.take_along_axis(table, last_state[:, None], 1)[:, 0] * weight
-        return jax.ops.segment_sum(terms, last_state, num_segments=num_states)
+        terms = table[rows, last_state] * right
+        total = jax.ops.segment_sum(terms, last_state, num_segments=num_states)
+        if left_censored:
+            log_res, log_res_surv = family.log_residual_tables(p, t_max)  # (T, K)
+            d0 = jnp.clip(first_duration - 1, 0, t_max - 1)
+            residual = jnp.where(both & right_censored, log_res_surv[d0, first_state], log_res[d0, first_state])
+            total = total + jax.ops.segment_sum(jnp.where(has, residual, 0.0), first_state, num_segments=num_states)
+        return total
 
-    log_ratio = censored_log_survival(proposal) - censored_log_survival(params)
+    log_ratio = censored_terms(proposal) - censored_terms(params)
     accept = jnp.log(draws.uniform_open(k_acc, (num_states,), dtype)) < log_ratio
     pick = lambda new, old: jnp.where(accept.reshape((num_states,) + (1,) * (jnp.ndim(new) - 1)), new, old)
     new = {p: pick(proposal[p], params[p]).astype(jnp.asarray(params[p]).dtype) for p in params}
@@ -330,7 +356,9 @@ def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView
     if uses_phases(chain):
         log_init = safe_log(state.trans[capacity, :capacity])
         log_trans = hsmm.without_self_transitions(state.trans[:capacity])
-        shared = ((log_init, log_trans, family.phase_embedding(dur_params)), state.params)
+        tables = family.phase_embedding(dur_params)
+        entry_first = phases.residual_entry(tables) if chain.left_censored else None
+        shared = ((log_init, log_trans, tables, entry_first), state.params)
         new_states, ok = map_sequences(_phase_rows(emission, chain.right_censored), rows, shared, sharding)
     else:
         tables = semi_markov_tables(view, state.trans, dur_params)
@@ -347,7 +375,8 @@ def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView
     accept = jnp.array(jnp.nan, state.beta.dtype)
     if spec.sites.extra and chain.untruncated:
         new, accept = sample_untruncated_duration_parameters(k_dur, family, dur_params, states, data.lengths,
-                                                             right_censored=chain.right_censored)
+                                                             right_censored=chain.right_censored,
+                                                             left_censored=chain.left_censored)
         extra = {f"duration_{p}": v for p, v in new.items()}
     elif spec.sites.extra:
         new, accept = sample_duration_parameters(k_dur, family, dur_params, states, data.lengths, tables[2], tables[3],

@@ -142,15 +142,20 @@ def test_truncated_duration_update_targets_the_censored_posterior():
     invariant with left- and right-censored segments, one of them both at once: ``r``'s law after
     40 steps against the exact posterior.  The negative control runs the step without
     left-censoring (the first segments scored as ordinary ones) on the same segments."""
+    check_r_law("truncated duration update", "without left-censoring", _truncated_updated_r,
+                _exact_truncated_r_posterior(True), _exact_truncated_r_posterior(False), 2000)
+
+
+def check_r_law(label, control, updated_r, exact, control_target, num_chains):
+    """State 0's ``r`` after the duration updates, ``updated_r(True, n)`` (``False``: the negative
+    control), against the exact posterior ``exact`` over ``r = 1..3``: the TV distance is within
+    the Monte Carlo bound, the control's beyond it."""
     from tests.infer._checks import tv_bound
 
-    exact = _exact_truncated_r_posterior(True)
-    n = 2000
-    freq = np.bincount(_truncated_updated_r(True, n) - 1, minlength=3) / n
-    wrong = np.bincount(_truncated_updated_r(False, n) - 1, minlength=3) / n
-    bound = tv_bound(exact, n)
+    freq = np.bincount(updated_r(True, num_chains) - 1, minlength=3) / num_chains
+    wrong = np.bincount(updated_r(False, num_chains) - 1, minlength=3) / num_chains
+    bound = tv_bound(exact, num_chains)
     tv, tv_wrong = 0.5 * np.abs(freq - exact).sum(), 0.5 * np.abs(wrong - exact).sum()
-    print(f"truncated duration update: r posterior {np.round(exact, 3)}, draws {np.round(freq, 3)}: TV {tv:.4f} "
-          f"(bound {bound:.4f}); without left-censoring {np.round(wrong, 3)}: TV {tv_wrong:.4f} (its own target "
-          f"{np.round(_exact_truncated_r_posterior(False), 3)})")
+    print(f"{label}: r posterior {np.round(exact, 3)}, draws {np.round(freq, 3)}: TV {tv:.4f} (bound {bound:.4f}); "
+          f"{control} {np.round(wrong, 3)}: TV {tv_wrong:.4f} (its own target {np.round(control_target, 3)})")
     assert tv < bound < tv_wrong

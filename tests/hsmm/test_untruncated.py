@@ -29,7 +29,7 @@ import numpyro_hdphmm as nh
 from numpyro_hdphmm._core import hsmm, phases
 from numpyro_hdphmm.infer.moves import semi_markov
 
-from tests.hsmm.test_duration_sites import CENSORED_LENGTHS, CENSORED_STATES, SEGMENTS
+from tests.hsmm.test_duration_sites import CENSORED_LENGTHS, CENSORED_STATES, SEGMENTS, check_r_law
 from tests.hsmm.test_weak_limit_hsmm import ALPHA, GAMMA, Y, check_geweke, exact_hsmm_posterior
 from tests.infer._checks import empirical_tv, empirical_tv_keys, final_states, tv_bound
 
@@ -420,28 +420,33 @@ def _exact_r_posterior(complete, censored):
     return np.exp(out - logsumexp(out))
 
 
-def _updated_r(right_censored_in_update, num_chains, num_steps=10):
-    """The last ``r`` of state 0 after ``num_steps`` untruncated duration updates, in ``num_chains``
-    independent chains, for two sequences whose state sequences are fixed: state 0 has a complete
-    segment of 8 steps and a right-censored last segment of 1 step (which says nothing: ``P(D >= 1)
-    = 1``; scored as complete, it says ``d = 1``)."""
-    states = jnp.array([[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0],
-                        [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]])
-    lengths = jnp.array([19, 19], jnp.int32)
-
+def _nb_updated_r(states, lengths, seed, num_chains, num_steps, **censoring):
+    """The last ``r`` of state 0 after ``num_steps`` untruncated duration updates
+    (:func:`~numpyro_hdphmm.infer.moves.semi_markov.sample_untruncated_duration_parameters` with
+    ``censoring``) in ``num_chains`` independent chains started from the prior, for the fixed state
+    sequences ``states``."""
     def chain(key):
         k0, k_steps = jax.random.split(key)
         params = NB.sample_parameters(k0, (2,))
 
         def step(params, key):
-            new, _ = semi_markov.sample_untruncated_duration_parameters(key, NB, params, states, lengths,
-                                                                         right_censored=right_censored_in_update)
+            new, _ = semi_markov.sample_untruncated_duration_parameters(key, NB, params, states, lengths, **censoring)
             return new, None
 
         params, _ = jax.lax.scan(step, params, jax.random.split(k_steps, num_steps))
         return params["r"][0]
 
-    return np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(5), num_chains)))
+    return np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(seed), num_chains)))
+
+
+def _updated_r(right_censored_in_update, num_chains, num_steps=10):
+    """:func:`_nb_updated_r` for two sequences: state 0 has a complete segment of 8 steps and a
+    right-censored last segment of 1 step (which says nothing: ``P(D >= 1) = 1``; scored as
+    complete, it says ``d = 1``)."""
+    states = jnp.array([[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0],
+                        [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]])
+    return _nb_updated_r(states, jnp.array([19, 19], jnp.int32), 5, num_chains, num_steps,
+                         right_censored=right_censored_in_update)
 
 
 @pytest.mark.statistical
@@ -450,17 +455,8 @@ def test_untruncated_duration_update_targets_the_censored_posterior():
     of the censored one) leaves ``p(r, p | durations)`` invariant: ``r``'s law after 10 steps against
     the exact posterior; the same step without the survival ratio (the negative control) targets
     the complete segments' posterior instead and is rejected."""
-    exact = _exact_r_posterior([8], [1])
-    wrong_target = _exact_r_posterior([8, 1], [])
-    n = 2000
-    freq = np.bincount(_updated_r(True, n) - 1, minlength=3) / n
-    freq_wrong = np.bincount(_updated_r(False, n) - 1, minlength=3) / n
-    bound = tv_bound(exact, n)
-    tv, tv_wrong = 0.5 * np.abs(freq - exact).sum(), 0.5 * np.abs(freq_wrong - exact).sum()
-    print(f"untruncated duration update: r posterior {np.round(exact, 3)}, draws {np.round(freq, 3)}: TV {tv:.4f} "
-          f"(bound {bound:.4f}); without the survival ratio {np.round(freq_wrong, 3)}: TV {tv_wrong:.4f} "
-          f"(its own target {np.round(wrong_target, 3)})")
-    assert tv < bound < tv_wrong
+    check_r_law("untruncated duration update", "without the survival ratio", _updated_r, _exact_r_posterior([8], [1]),
+                _exact_r_posterior([8, 1], []), 2000)
 
 
 def _exact_left_r_posterior(left_censored):
@@ -484,21 +480,9 @@ def _exact_left_r_posterior(left_censored):
 
 
 def _left_updated_r(left_censored, num_chains, num_steps=40):
-    def chain(key):
-        k0, k_steps = jax.random.split(key)
-        params = NB.sample_parameters(k0, (2,))
-
-        def step(params, key):
-            new, _ = semi_markov.sample_untruncated_duration_parameters(key, NB, params, CENSORED_STATES,
-                                                                         CENSORED_LENGTHS,
-                                                                         right_censored=True,
-                                                                         left_censored=left_censored)
-            return new, None
-
-        params, _ = jax.lax.scan(step, params, jax.random.split(k_steps, num_steps))
-        return params["r"][0]
-
-    return np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(6), num_chains)))
+    """:func:`_nb_updated_r` for ``CENSORED_STATES``, right-censored, left-censored or not."""
+    return _nb_updated_r(CENSORED_STATES, CENSORED_LENGTHS, 6, num_chains, num_steps, right_censored=True,
+                         left_censored=left_censored)
 
 
 @pytest.mark.slow  # 75 s: the negative binomial's update in float64, 4,000 chains of 40 steps
@@ -508,16 +492,8 @@ def test_untruncated_duration_update_with_left_censoring():
     right-censored) leaves ``p(r, p | segments)`` invariant: ``r``'s law after 40 steps against the
     exact posterior.  The negative control runs the step without left-censoring on the same
     segments."""
-    exact = _exact_left_r_posterior(True)
-    n = 4000
-    freq = np.bincount(_left_updated_r(True, n) - 1, minlength=3) / n
-    wrong = np.bincount(_left_updated_r(False, n) - 1, minlength=3) / n
-    bound = tv_bound(exact, n)
-    tv, tv_wrong = 0.5 * np.abs(freq - exact).sum(), 0.5 * np.abs(wrong - exact).sum()
-    print(f"untruncated duration update, left-censored: r posterior {np.round(exact, 3)}, draws {np.round(freq, 3)}: "
-          f"TV {tv:.4f} (bound {bound:.4f}); without left-censoring {np.round(wrong, 3)}: TV {tv_wrong:.4f} (its own "
-          f"target {np.round(_exact_left_r_posterior(False), 3)})")
-    assert tv < bound < tv_wrong
+    check_r_law("untruncated duration update, left-censored", "without left-censoring", _left_updated_r,
+                _exact_left_r_posterior(True), _exact_left_r_posterior(False), 4000)
 
 
 @pytest.mark.parametrize("left_censored", [False, True])

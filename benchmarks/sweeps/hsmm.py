@@ -235,14 +235,17 @@ def save(recs, long_rec, args, command, title=SECTION):
                          "states ours / pyhsmm", "log-lik ours / pyhsmm"], rows, ["r"] * 14)
     blocks = [results.text(intro), tab]
     if long_rec is not None:
-        r = long_rec
-        blocks.append(results.text(
-            f"Ours alone at T = {r['T']}, K = {r['K']}, D = {r['max_duration']}: compile {r['init_s']:.0f} + "
-            f"{r['compile_s']:.0f} s, {min(r['ours']):.2f} s per sweep (minimum over {len(r['ours'])} calls of "
-            f"{args.per_call} sweeps), Hamming {r['ours_hamming']:.3f} with {r['ours_states']} states after "
-            f"{r['sweeps']} sweeps."))
+        blocks.append(results.text(long_paragraph(long_rec, f"Ours alone at T = {long_rec['T']}, K = {long_rec['K']}, "
+                                                            f"D = {long_rec['max_duration']}", args.per_call, 2)))
     return results.save(QUESTION, title, blocks, command, comparisons=comps or None,
                         data={"configs": recs, "long": long_rec})
+
+
+def long_paragraph(r, label: str, per_call: int, digits: int) -> str:
+    """The sentence on ours alone on a long series (:func:`run_long`'s record ``r``), after ``label``."""
+    return (f"{label}: compile {r['init_s']:.0f} + {r['compile_s']:.0f} s, {min(r['ours']):.{digits}f} s per sweep "
+            f"(minimum over {len(r['ours'])} calls of {per_call} sweeps), Hamming {r['ours_hamming']:.3f} with "
+            f"{r['ours_states']} states after {r['sweeps']} sweeps.")
 
 
 def peer_parser(description: str, long_steps: int) -> argparse.ArgumentParser:

@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from ..harness import peers, results, timing
-from .hsmm import ALPHA, GAMMA, hamming, hsmm_data, ours_contender, peer_parser, run_long
+from .hsmm import ALPHA, GAMMA, hamming, hsmm_data, long_paragraph, ours_contender, peer_parser, run_long
 
 QUESTION = "sweeps"
 SECTION = "HDP-HSMM sweep: negative-binomial durations"
@@ -144,11 +144,8 @@ def save(recs, long_rec, args, command):
                         rows, ["r"] * 14)
     blocks = [results.text(intro), tab]
     if long_rec is not None:
-        r = long_rec
-        blocks.append(results.text(
-            f"Ours (phases) alone at T = {r['T']}, K = {r['K']}: compile {r['init_s']:.0f} + {r['compile_s']:.0f} s, "
-            f"{min(r['ours']):.3f} s per sweep (minimum over {len(r['ours'])} calls of {args.per_call} sweeps), "
-            f"Hamming {r['ours_hamming']:.3f} with {r['ours_states']} states after {r['sweeps']} sweeps."))
+        label = f"Ours (phases) alone at T = {long_rec['T']}, K = {long_rec['K']}"
+        blocks.append(results.text(long_paragraph(long_rec, label, args.per_call, 3)))
     return results.save(QUESTION, SECTION, blocks, command, comparisons=comps or None,
                         data={"configs": recs, "long": long_rec})
 

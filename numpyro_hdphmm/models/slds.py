@@ -9,12 +9,13 @@ latent state, which is observed through a linear Gaussian map:
     \beta \sim \mathrm{GEM}(\gamma), \quad \pi_j \sim \mathrm{DP}(\alpha + \kappa,
     \tfrac{\alpha\beta + \kappa\delta_j}{\alpha + \kappa}), \quad z_t \sim \pi_{z_{t-1}},
 
-    x_t = A_{z_t} x_{t-1} + b_{z_t} + e_t, \quad e_t \sim \mathcal N(0, Q_{z_t}), \qquad
+    x_t = \sum_{i=1}^{r} A^{(i)}_{z_t} x_{t-i} + b_{z_t} + e_t, \quad e_t \sim \mathcal N(0, Q_{z_t}), \qquad
     y_t = C x_t + d + w_t, \quad w_t \sim \mathcal N(0, R).
 
-The dynamics ``(A_k, b_k, Q_k)`` are the parameters of an order-1
+The dynamics ``(A_k, b_k, Q_k)`` are the parameters of an order-``r``
 :class:`~numpyro_hdphmm.emissions.AutoRegressive` family over ``x`` (matrix-normal-inverse-Wishart
-prior; its presample value, ``center``, is ``x_0``); the observation model ``(C, d, R)`` is a
+prior; its presample value, ``center``, is ``x_0 = x_{-1} = ... = x_{1-r}``; Fox et al.'s model is
+``r = 1``, MoSeq's latent dynamics ``r = 3``); the observation model ``(C, d, R)`` is a
 :class:`~numpyro_hdphmm.models.observation.LinearGaussianObservation`.  Given the latent path ``x``
 the modes are a sticky HDP-HMM with autoregressive emissions (the HDP-AR-HMM) on ``x``: every
 algorithm step of the HMM applies to it unchanged.  With ``C = I``, ``d = 0`` and ``R -> 0`` the
@@ -56,14 +57,15 @@ class HDPSLDS(ModelClass, Distribution):
     docstring).
 
     Arguments: ``gamma``, ``alpha``, ``kappa`` (the sticky HDP-HMM prior of the modes, as for
-    :class:`~numpyro_hdphmm.StickyHDPHMM`), ``dynamics`` (an order-1
-    :class:`~numpyro_hdphmm.emissions.AutoRegressive` family over the ``D``-dimensional latent state:
-    ``A_k`` with the intercept column ``b_k`` when ``affine``, ``Q_k``), ``observation`` (a
+    :class:`~numpyro_hdphmm.StickyHDPHMM`), ``dynamics`` (an
+    :class:`~numpyro_hdphmm.emissions.AutoRegressive` family of any order ``r`` over the
+    ``D``-dimensional latent state: ``A_k = [A_k^(1) ... A_k^(r)]`` with the intercept column ``b_k``
+    when ``affine``, ``Q_k``), ``observation`` (a
     :class:`~numpyro_hdphmm.models.observation.LinearGaussianObservation` with ``latent_dim = D``),
     ``max_states`` (the capacity ``K``) and ``num_steps`` (the length of a generated sequence).
 
     Declare it with :func:`numpyro_hdphmm.sample`: the sites of the sticky HDP-HMM whose emission
-    parameters are the dynamics (``{name}_A (K, D, D + 1)``, ``{name}_cov (K, D, D)``), the observation
+    parameters are the dynamics (``{name}_A (K, D, D r + 1)``, ``{name}_cov (K, D, D)``), the observation
     parameters ``{name}_R`` (and ``{name}_C`` when learned), the modes ``{name}_states``, the latent
     path ``{name}_latent (T, D)`` and the observed ``{name} (T, P)``.
     :class:`~numpyro_hdphmm.infer.WeakLimitGibbs` samples it (Fox et al.'s blocked Gibbs sampler).
@@ -84,16 +86,10 @@ class HDPSLDS(ModelClass, Distribution):
                  validate_args=None):
         gamma, alpha, kappa = (as_parameter(n, v) for n, v in (("gamma", gamma), ("alpha", alpha), ("kappa", kappa)))
         if not isinstance(dynamics, AutoRegressive):
-            raise ValueError("`dynamics` must be an nh.emissions.AutoRegressive family over the latent state (order 1), "
+            raise ValueError("`dynamics` must be an nh.emissions.AutoRegressive family over the latent state, "
                              f"got {type(dynamics).__name__}.")
         if dynamics.batch_shape != ():
             raise ValueError(f"`dynamics` must be a prior (batch shape ()), got batch shape {dynamics.batch_shape}.")
-        if dynamics.order != 1:
-            raise NotImplementedError(
-                f"HDPSLDS: order-{dynamics.order} latent dynamics are not implemented in this version (the Kalman block "
-                "samples an order-1 latent state; the stacked state [x_t, ..., x_{t-r+1}] of an order-r model has a "
-                "singular noise covariance, which needs its own backward sampler); use order=1, or the HDP-AR-HMM "
-                "(nh.StickyHDPHMM with an order-r AutoRegressive emission) on the observations.")
         if not isinstance(observation, LinearGaussianObservation):
             raise ValueError("`observation` must be an nh.LinearGaussianObservation, got "
                              f"{type(observation).__name__}.")
@@ -130,7 +126,7 @@ class HDPSLDS(ModelClass, Distribution):
             *(SiteRole("observation", p, p, "observation parameter ([C d] learned; R)")
               for p in self.observation.param_names),
             SiteRole("states", "states", description="mode sequence MarkovChain(trans[K], trans[:K], T)"),
-            SiteRole("latent", "latent", description="continuous latent path x_t = A_z x_{t-1} + b_z + e_t (T, D)"),
+            SiteRole("latent", "latent", description="continuous latent path x_t = sum_i A_z^(i) x_{t-i} + b_z + e_t (T, D)"),
             SiteRole("obs", "", description="observations y_t = C x_t + d + w_t"),
         )
 

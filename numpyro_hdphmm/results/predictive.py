@@ -101,10 +101,11 @@ _forecast_jit = jax.jit(_forecast_core, static_argnames=("steps", "emission_batc
 
 def _forecast_slds_core(rng_key, trans, last, params, x_last, obs_params, dynamics, observation, steps: int):
     """Pure core of an HDP-SLDS forecast: ``trans (S, K+1, K+1)``, ``last (S, N)`` modes and
-    ``x_last (S, N, D)`` latent states at the sequences' ends, dynamics ``params`` and
-    ``obs_params`` with leading ``S``; per draw and sequence the modes from the rows, the latent
-    path from the dynamics (:meth:`~numpyro_hdphmm.emissions.AutoRegressive.sample_continuation`
-    from ``x_last``), the observations from the observation model."""
+    ``x_last (S, N, r, D)`` the last ``r`` latent states of each sequence (most recent first; the
+    presample values before its start), dynamics ``params`` and ``obs_params`` with leading ``S``;
+    per draw and sequence the modes from the rows, the latent path from the dynamics
+    (:meth:`~numpyro_hdphmm.emissions.AutoRegressive.sample_continuation` from ``x_last``), the
+    observations from the observation model."""
     num_draws, num_seq = last.shape
     k = trans.shape[-1] - 1
 
@@ -120,7 +121,7 @@ def _forecast_slds_core(rng_key, trans, last, params, x_last, obs_params, dynami
                 return z, (z, escape[z_prev])
 
             _, (zs, esc) = lax.scan(step, z0.astype(jnp.int32), random.split(k_z, steps))
-            xs = dynamics.sample_continuation(k_x, theta, zs, x_end[None])
+            xs = dynamics.sample_continuation(k_x, theta, zs, x_end)
             return zs, xs, observation.sample_observations(k_y, phi, xs), esc
 
         return jax.vmap(one_sequence)(random.split(key, num_seq), z_last, x0)
@@ -236,7 +237,10 @@ def _forecast_slds(rng_key, flat, lead, model, name, steps, lengths, model_args,
     lengths = jnp.full((num_seq,), num_steps, jnp.int32) if lengths is None else jnp.asarray(lengths, jnp.int32)
     end = jnp.broadcast_to(lengths - 1, (states3.shape[0], num_seq))
     last = jnp.take_along_axis(states3, end[..., None], axis=-1)[..., 0]
-    x_last = jnp.take_along_axis(latent4, end[..., None, None], axis=2)[:, :, 0]
+    back = end[..., None] - jnp.arange(dynamics.order)  # (S, N, r): the last r steps, most recent first
+    x_last = jnp.take_along_axis(latent4, jnp.maximum(back, 0)[..., None], axis=2)
+    presample = jnp.asarray(dynamics.center, latent4.dtype).reshape(-1, dynamics.dim)[0]
+    x_last = jnp.where((back >= 0)[..., None], x_last, presample)
     params = {p: flat[f"{name}_{p}"] for p in dynamics.param_names}
     obs_params = {p: flat[f"{name}_{p}"] for p in observation.param_names}
     zs, xs, ys, esc = _forecast_slds_jit(rng_key, flat[f"{name}_trans"], last, params, x_last, obs_params, dynamics,

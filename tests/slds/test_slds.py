@@ -28,8 +28,9 @@ from tests.infer._checks import chi_square_pvalue, empirical_tv_keys, geweke_z_s
 D = 2
 
 
-def dynamics(dim=D, scale=0.05):
-    return nh.emissions.AutoRegressive(1, loc=np.zeros((dim, dim + 1)), col_precision=np.eye(dim + 1), df=dim + 2.0,
+def dynamics(dim=D, scale=0.05, order=1):
+    m = dim * order + 1
+    return nh.emissions.AutoRegressive(order, loc=np.zeros((dim, m)), col_precision=np.eye(m), df=dim + 2.0,
                                        scale=scale * np.eye(dim))
 
 
@@ -99,15 +100,16 @@ def test_model_validation():
     obs = nh.LinearGaussianObservation(2, D)
     with pytest.raises(ValueError, match="latent_dim"):
         nh.HDPSLDS(1.0, 1.0, 1.0, dynamics(3), obs, max_states=3)
-    with pytest.raises(NotImplementedError, match="order-2"):
-        nh.HDPSLDS(1.0, 1.0, 1.0, nh.emissions.AutoRegressive.weakly_informative(None, order=2, dim=D), obs, max_states=3)
     with pytest.raises(ValueError, match="obs"):
         numpyro.handlers.seed(lambda: nh.sample("y", slds(obs), obs=np.zeros((10, 3))), 0)()
 
 
 # --------------------------------------------------------------------------- exact Gibbs blocks
 TINY_T = 4
-A_TINY = np.array([[[0.9, 0.5]], [[-0.5, -0.3]]])  # (K, 1, 2): x_t = a x_{t-1} + b
+A_TINY = {  # (K, 1, r + 1): x_t = sum_i a_i x_{t-i} + b
+    1: np.array([[[0.9, 0.5]], [[-0.5, -0.3]]]),
+    2: np.array([[[0.9, -0.4, 0.5]], [[-0.5, 0.6, -0.3]]]),
+}
 Q_TINY = np.array([[[0.3]], [[0.1]]])
 R_TINY = 0.2
 PI0 = np.array([0.6, 0.4])
@@ -115,22 +117,19 @@ PI = np.array([[0.8, 0.2], [0.3, 0.7]])
 Y_TINY = np.array([[0.4], [np.nan], [-0.6], [0.2]])
 
 
-def _exact_mode_posterior():
+def _exact_mode_posterior(order):
     """``p(z | y)`` by enumeration: ``p(z)`` times the Gaussian marginal of the observed ``y`` given
     ``z`` (the dense covariance of ``x_{1:T}``, then ``y = x + w``)."""
     post = {}
     obs = ~np.isnan(Y_TINY[:, 0])
     for z in itertools.product(range(2), repeat=TINY_T):
         log_pz = np.log(PI0[z[0]]) + sum(np.log(PI[z[t - 1], z[t]]) for t in range(1, TINY_T))
-        mean = np.zeros(TINY_T)
-        # x_t = sum_{s<=t} (prod_{s<u<=t} a_u) (b_s + e_s), x_0 = 0
-        G = np.zeros((TINY_T, TINY_T))
-        m = 0.0
+        # x = mean + G e by the recursion itself: x_t = sum_i a_i x_{t-i} + b + e_t, presample 0
+        mean, G = np.zeros(TINY_T), np.zeros((TINY_T, TINY_T))
         for t in range(TINY_T):
-            a, b = A_TINY[z[t], 0]
-            m = a * m + b
-            mean[t] = m
-            G[t] = a * (G[t - 1] if t else 0.0)
+            coef = A_TINY[order][z[t], 0]
+            mean[t] = coef[order] + sum(coef[i - 1] * mean[t - i] for i in range(1, order + 1) if t >= i)
+            G[t] = sum(coef[i - 1] * G[t - i] for i in range(1, order + 1) if t >= i)
             G[t, t] = 1.0
         cov_x = G @ np.diag([Q_TINY[z[t], 0, 0] for t in range(TINY_T)]) @ G.T
         cov_y = cov_x + R_TINY * np.eye(TINY_T)
@@ -141,11 +140,12 @@ def _exact_mode_posterior():
     return dict(zip(post.keys(), probs))
 
 
-def _gibbs_modes(latent_block, num_chains=3000, num_sweeps=25, seed=0):
+def _gibbs_modes(latent_block, order, num_chains=3000, num_sweeps=25, seed=0):
     """Final modes of ``num_chains`` independent runs of the two blocks ``z | x`` (the FFBS of the
     weak-limit sweep on the autoregressive log-likelihoods of ``x``) and ``x | z`` (``latent_block``)."""
-    dyn = dynamics(1)
-    params = {"A": jnp.asarray(A_TINY), "cov": jnp.asarray(Q_TINY)}
+    dyn = nh.emissions.AutoRegressive(order, loc=np.zeros((1, order + 1)), col_precision=np.eye(order + 1), df=3.0,
+                                      scale=0.05 * np.eye(1))
+    params = {"A": jnp.asarray(A_TINY[order]), "cov": jnp.asarray(Q_TINY)}
     obs_params = {"R": jnp.asarray([R_TINY])}
     observed = ObservedData(nh.LinearGaussianObservation(1, 1, C=np.eye(1), noise="diagonal"),
                             jnp.asarray(Y_TINY)[None], jnp.ones((1, TINY_T), bool))
@@ -190,17 +190,121 @@ def _filter_only(key, states, params, obs_params, dyn, observed, lengths):
     return jax.vmap(one)(random.split(key, states.shape[0]), states, observed.y, lengths)
 
 
-def test_gibbs_blocks_against_enumeration():
-    exact = _exact_mode_posterior()
-    draws = _gibbs_modes(sample_latent)
+def _first_lag_only(key, states, params, obs_params, dyn, observed, lengths):
+    """A broken latent block for order 2: the path drawn as if the dynamics had their first lag only
+    (the band of the precision cut to one block; each draw a valid Gaussian path, of the wrong law)."""
+    return sample_latent(key, states, {**params, "A": params["A"][..., [0, 2]]}, obs_params,
+                         nh.emissions.AutoRegressive(1, loc=np.zeros((1, 2)), col_precision=np.eye(2), df=3.0,
+                                                     scale=0.05 * np.eye(1)), observed, lengths)
+
+
+@pytest.mark.parametrize("order, broken", [(1, _filter_only), (2, _first_lag_only)])
+def test_gibbs_blocks_against_enumeration(order, broken):
+    """The two blocks of the sweep (modes given the path, the path given the modes: the Kalman
+    sampler for order 1, the band Cholesky sampler for order 2) against ``p(z | y)`` by enumeration,
+    with a negative control that must fail."""
+    exact = _exact_mode_posterior(order)
+    draws = _gibbs_modes(sample_latent, order)
     tv, bound = empirical_tv_keys(exact, draws), tv_bound(exact.values(), len(draws))
     p = chi_square_pvalue(exact, draws)
-    print(f"SLDS blocks vs enumeration: TV {tv:.4f}, bound {bound:.4f}, chi-square p {p:.3g}")
+    print(f"SLDS blocks (order {order}) vs enumeration: TV {tv:.4f}, bound {bound:.4f}, chi-square p {p:.3g}")
     assert tv < bound and p > 1e-4
-    broken = _gibbs_modes(_filter_only)
-    tv_b, p_b = empirical_tv_keys(exact, broken), chi_square_pvalue(exact, broken)
-    print(f"negative control (no backward pass): TV {tv_b:.4f}, chi-square p {p_b:.3g}")
+    bad = _gibbs_modes(broken, order)
+    tv_b, p_b = empirical_tv_keys(exact, bad), chi_square_pvalue(exact, bad)
+    print(f"negative control ({broken.__name__}): TV {tv_b:.4f}, chi-square p {p_b:.3g}")
     assert p_b < 1e-4
+
+
+# --------------------------------------------------------------------------- the order-r latent sampler
+def _dense_posterior(x_init, A, b, Q, C, d, R, y, mask, length):
+    """The exact Gaussian posterior of ``x_{0:T-1}``, built independently of the band: the path as
+    an affine map of its noises (the recursion run on matrices), then Gaussian conditioning on the
+    observed entries of the valid steps."""
+    T, D = b.shape
+    r = A.shape[-1] // D
+    n = T * D
+    M, mu = np.zeros((n, n)), np.zeros(n)
+    hist_M, hist_mu = [np.zeros((D, n))] * r, list(x_init)
+    for t in range(T):
+        Mt, mut = np.zeros((D, n)), b[t].copy()
+        for i in range(1, r + 1):
+            Mt = Mt + A[t][:, (i - 1) * D:i * D] @ hist_M[i - 1]
+            mut = mut + A[t][:, (i - 1) * D:i * D] @ hist_mu[i - 1]
+        Mt[:, t * D:(t + 1) * D] += np.linalg.cholesky(Q[t])
+        M[t * D:(t + 1) * D], mu[t * D:(t + 1) * D] = Mt, mut
+        hist_M, hist_mu = [Mt] + hist_M[:-1], [mut] + hist_mu[:-1]
+    cov_x = M @ M.T
+    R_full = np.diag(R) if R.ndim == 1 else R
+    entries = [(t, p) for t in range(length) for p in range(C.shape[0]) if mask[t, p]]
+    H = np.zeros((len(entries), n))
+    for a, (t, p) in enumerate(entries):
+        H[a, t * D:(t + 1) * D] = C[p]
+    noise = np.array([[R_full[p, q] if t == u else 0.0 for (u, q) in entries] for (t, p) in entries])
+    resid = np.array([y[t, p] - d[p] for t, p in entries]) - H @ mu
+    gain = cov_x @ H.T @ np.linalg.inv(H @ cov_x @ H.T + noise)
+    return (mu + gain @ resid).reshape(T, D), cov_x - gain @ H @ cov_x
+
+
+def _random_lgssm(rng, order, D, P, full, T=8):
+    A = 0.3 * rng.standard_normal((T, D, D * order))
+    W = rng.standard_normal((T, D, D))
+    Q = W @ np.swapaxes(W, 1, 2) + 0.5 * np.eye(D)
+    V = rng.standard_normal((P, P))
+    R = V @ V.T + 0.3 * np.eye(P) if full else rng.uniform(0.2, 1.0, P)
+    y = rng.standard_normal((T, P))
+    mask = rng.uniform(size=(T, P)) > 0.3
+    y[~mask] = np.nan
+    return (rng.standard_normal((order, D)), A, rng.standard_normal((T, D)), Q, rng.standard_normal((P, D)),
+            rng.standard_normal(P), R, y, mask, T - 2)
+
+
+@pytest.mark.parametrize("order, D, P, full", [(1, 2, 3, False), (2, 2, 3, True), (3, 1, 2, False)])
+def test_banded_posterior_is_the_dense_gaussian(order, D, P, full):
+    """The band Cholesky factor and mean of the order-r latent path's posterior against the dense
+    Gaussian posterior (partly missing steps, padding, presample values); order 1 also against the
+    Kalman smoother."""
+    from numpyro_hdphmm._core.banded import banded_mean, banded_posterior
+    from numpyro_hdphmm._core.kalman import kalman_smoother
+
+    args = _random_lgssm(np.random.default_rng(order * 10 + D), order, D, P, full)
+    with jax.enable_x64(True):
+        post = banded_posterior(*args)
+        mean = np.asarray(banded_mean(post))
+        chol = np.asarray(post.chol)
+        smoothed = None
+        if order == 1:
+            x_init, A, b, Q, C, d, R, y, mask, length = args
+            smoothed = kalman_smoother(kalman_filter(x_init[0], A, b, Q, C, d, R, y, mask, length), A, b, Q)[0]
+    exact_mean, exact_cov = _dense_posterior(*args)
+    T = exact_mean.shape[0]
+    L = np.zeros((T * D, T * D))
+    for s_ in range(T):
+        for lag in range(min(order, s_) + 1):
+            L[s_ * D:(s_ + 1) * D, (s_ - lag) * D:(s_ - lag + 1) * D] = chol[s_, lag]
+    assert np.abs(mean - exact_mean).max() < 1e-10
+    assert np.abs(L @ L.T - np.linalg.inv(exact_cov)).max() < 1e-8 * np.abs(L @ L.T).max()
+    if smoothed is not None:
+        assert np.abs(np.asarray(smoothed) - exact_mean).max() < 1e-10
+
+
+def test_banded_sample_moments_and_a_negative_control():
+    """Draws of :func:`~numpyro_hdphmm._core.banded.banded_sample` (float32) have the dense posterior's
+    mean and variances (z-scores over 4,000 draws); the mean path alone (no noise) fails the check."""
+    from numpyro_hdphmm._core.banded import banded_mean, banded_posterior, banded_sample
+
+    args = _random_lgssm(np.random.default_rng(5), 2, 2, 3, True)
+    exact_mean, exact_cov = _dense_posterior(*args)
+    n = 4000
+    keys = random.split(random.key(0), n)
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: banded_sample(k, *args)))(keys), float).reshape(n, -1)
+    sd = np.sqrt(np.diag(exact_cov))
+    z_mean = (draws.mean(0) - exact_mean.ravel()) / (sd / np.sqrt(n))
+    z_var = (draws.var(0) / sd ** 2 - 1.0) / np.sqrt(2.0 / n)  # the variance ratio's sd for a Gaussian
+    print(f"banded sampler, order 2: max |z| mean {np.abs(z_mean).max():.2f}, variance {np.abs(z_var).max():.2f}")
+    assert np.abs(z_mean).max() < 4.5 and np.abs(z_var).max() < 4.5
+    mean_only = np.asarray(banded_mean(banded_posterior(*args)), float).ravel()
+    z_control = (np.broadcast_to(mean_only, draws.shape).var(0) / sd ** 2 - 1.0) / np.sqrt(2.0 / n)
+    assert np.abs(z_control).max() > 4.5
 
 
 # --------------------------------------------------------------------------- the observation update
@@ -378,13 +482,58 @@ def test_dynamics_summary(fit):
         nh.dynamics_summary({"y_states": s["y_states"]})
 
 
+def test_order_2_dynamics_end_to_end():
+    """An SLDS with order-2 latent dynamics (MoSeq's latent AR order is 3): the sweep runs, recovers
+    the two regimes, and the results layer reads the order: each mode's 2 D companion eigenvalues and
+    fixed point, forecasts that continue from the last two latent states, ``Predictive``."""
+    T, order = 160, 2
+    rng = np.random.default_rng(0)
+    z = (np.arange(T) // 40) % 2
+    x = np.zeros((T + order, D))
+    for t in range(order, T + order):
+        a = (0.25, -0.35)[z[t - order]]
+        rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+        x[t] = 1.2 * rot @ x[t - 1] - 0.5 * x[t - 2] + 0.05 * rng.standard_normal(D)
+    y = x[order:] + 0.05 * rng.standard_normal((T, D))
+    obs = nh.LinearGaussianObservation(2, D, C=np.eye(2), noise="diagonal", scale=0.005 * np.eye(2))
+
+    def model(y):
+        nh.sample("y", nh.HDPSLDS(1.0, 1.0, 10.0, dynamics(order=order, scale=0.01), obs, max_states=4), obs=y)
+
+    mcmc = MCMC(nh.infer.WeakLimitGibbs(model), num_warmup=60, num_samples=20, progress_bar=False)
+    mcmc.run(random.key(0), y)
+    s = mcmc.get_samples()
+    assert s["y_A"].shape == (20, 4, D, D * order + 1) and np.isfinite(np.asarray(s["y_latent"])).all()
+    assert hamming(np.asarray(s["y_states"][-1]), z) < 0.1
+    summary = nh.dynamics_summary(s)
+    assert summary.eigenvalues.shape == (20, 4, D * order)
+    used = np.argsort(-summary.occupancy[-1])[:2]
+    truth = []
+    for a in (0.25, -0.35):  # the leading companion eigenvalue's rotation per step of each regime
+        rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+        companion = np.block([[1.2 * rot, -0.5 * np.eye(D)], [np.eye(D), np.zeros((D, D))]])
+        truth.append(np.abs(np.angle(np.linalg.eigvals(companion))).max())
+    np.testing.assert_allclose(sorted(np.abs(np.angle(summary.eigenvalues[-1, used, 0]))), sorted(truth), atol=0.06)
+    out = nh.forecast(random.key(1), s, model, 3, model_args=(y,))
+    assert out["latent"].shape == (20, 3, D) and out["y"].shape == (20, 3, D)
+    # one step ahead: the mean of the first forecast step is sum_i A^(i) x_{T-i} + b at the draw's mode
+    first = np.asarray(out["states"][:, 0])
+    A = np.asarray(s["y_A"])[np.arange(20), first]
+    lat = np.asarray(s["y_latent"])
+    pred = np.einsum("sij,sj->si", A[..., :D], lat[:, -1]) + np.einsum("sij,sj->si", A[..., D:2 * D], lat[:, -2]) + A[..., -1]
+    sd = np.sqrt(np.asarray(s["y_cov"])[np.arange(20), first][:, [0, 1], [0, 1]])
+    assert np.abs((np.asarray(out["latent"][:, 0]) - pred) / sd).max() < 5.0
+    assert Predictive(model, s)(random.key(2), None)["y"].shape == (20, T, D)
+
+
 # --------------------------------------------------------------------------- slow: Geweke, agreement
-def make_geweke_model(capacity=3):
+def make_geweke_model(capacity=3, order=1):
     def geweke_model(y=None, num_steps=None):
         gamma = numpyro.sample("gamma", dist.Gamma(2.0, 1.0))
         alpha = numpyro.sample("alpha", dist.Gamma(3.0, 1.0))
         obs = nh.LinearGaussianObservation(1, 1, noise="full", df=4.0, scale=0.5 * np.eye(1))
-        model = nh.HDPSLDS(gamma, alpha, 2.0, dynamics(1, scale=0.5), obs, max_states=capacity, num_steps=num_steps)
+        model = nh.HDPSLDS(gamma, alpha, 2.0, dynamics(1, scale=0.5, order=order), obs, max_states=capacity,
+                           num_steps=num_steps)
         nh.sample("y", model, obs=y)
 
     return geweke_model
@@ -435,6 +584,22 @@ def test_geweke():
         z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), GEWEKE_STATISTICS, num_steps=6,
                             num_iterations=6000, num_prior=6000)
     print("SLDS Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < 4.0, z
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_geweke_order_2():
+    """Order-2 latent dynamics: the band Cholesky sampler of the latent path inside the sweep."""
+    model = make_geweke_model(order=2)
+    stats = {**GEWEKE_STATISTICS, "a_lag2": lambda z: z["y_A"][z["y_states"][0], 0, 1],
+             "x_lag2": lambda z: z["y_latent"][1, 0] * z["y_latent"][3, 0]}
+    kernel = nh.infer.WeakLimitGibbs(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = geweke_z_scores(kernel, nh.infer.weak_limit(model), stats, num_steps=6, num_iterations=6000,
+                            num_prior=6000)
+    print("SLDS Geweke z (order 2):", {k: round(float(v), 2) for k, v in z.items()})
     assert max(abs(v) for v in z.values()) < 4.0, z
 
 

@@ -6,10 +6,13 @@ those of a sticky HDP-AR-HMM whose data is ``x`` (:attr:`~numpyro_hdphmm.infer.p
 is the prepared ``x``): an algorithm's HMM sweep updates them unchanged.  :func:`slds_sweep` then
 adds, each from its full conditional:
 
-1. ``x | z, theta, C, R, y``: the Kalman filter forward and the backward sampler
-   (:func:`numpyro_hdphmm._core.kalman.kalman_sample`; Carter & Kohn 1994, Fruhwirth-Schnatter
-   1994), with ``x_t = A_{z_t} x_{t-1} + b_{z_t} + e_t`` from the presample value ``x_0`` (the
-   dynamics family's ``center``), every sequence at once;
+1. ``x | z, theta, C, R, y``: for order-1 dynamics ``x_t = A_{z_t} x_{t-1} + b_{z_t} + e_t`` the
+   Kalman filter forward and the backward sampler (:func:`numpyro_hdphmm._core.kalman.kalman_sample`;
+   Carter & Kohn 1994, Fruhwirth-Schnatter 1994); for order ``r > 1``, ``x_t = sum_i A^(i)_{z_t}
+   x_{t-i} + b_{z_t} + e_t``, a draw through the band Cholesky factor of the path's block-banded
+   posterior precision (:func:`numpyro_hdphmm._core.banded.banded_sample`; Rue & Held 2005, Alg.
+   2.9).  Both start from the presample values (the dynamics family's ``center``) and run on every
+   sequence at once;
 2. ``(C, R) | x, y``: the observation model's conjugate update
    (:meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.update`; missing values
    imputed first).
@@ -25,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
+from numpyro_hdphmm._core.banded import banded_sample
 from numpyro_hdphmm._core.kalman import kalman_sample
 from numpyro_hdphmm.infer.contract import Explicit
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
@@ -39,13 +43,13 @@ def observation_parameters(extra: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
 
 
 def latent_dynamics(dynamics, params, states):
-    """``(A_t (T, D, D), b_t (T, D), Q_t (T, D, D))`` of one sequence of modes ``states (T,)``:
-    the dynamics parameters ``params`` (``A (K, D, D + a)``, ``cov (K, D, D)``) gathered along the
-    modes (``b_t = 0`` without an intercept)."""
+    """``(A_t (T, D, D r), b_t (T, D), Q_t (T, D, D))`` of one sequence of modes ``states (T,)``:
+    the dynamics parameters ``params`` (``A (K, D, D r + a)``, ``cov (K, D, D)``) gathered along the
+    modes, the lag blocks ``[A^(1) ... A^(r)]`` apart from the intercept (``b_t = 0`` without one)."""
     A = params["A"][states]
-    D = dynamics.dim
-    b = A[..., D] if dynamics.affine else jnp.zeros(A.shape[:-1], A.dtype)
-    return A[..., :D], b, params["cov"][states]
+    m = dynamics.dim * dynamics.order
+    b = A[..., m] if dynamics.affine else jnp.zeros(A.shape[:-1], A.dtype)
+    return A[..., :m], b, params["cov"][states]
 
 
 def sample_latent(rng_key, states, params, obs_params, dynamics, observed, lengths):
@@ -61,9 +65,10 @@ def sample_latent(rng_key, states, params, obs_params, dynamics, observed, lengt
     mask = ~jnp.isnan(y)
 
     def one(key, z, yn, mn, n):
-        A, b, Q = latent_dynamics(dynamics, params, z)
-        x, _ = kalman_sample(key, x_init, A.astype(dtype), b.astype(dtype), Q.astype(dtype), C, d, R, yn, mn, n)
-        return x
+        A, b, Q = (v.astype(dtype) for v in latent_dynamics(dynamics, params, z))
+        if dynamics.order == 1:
+            return kalman_sample(key, x_init, A, b, Q, C, d, R, yn, mn, n)[0]
+        return banded_sample(key, x_init, A, b, Q, C, d, R, yn, mn, n)
 
     return jax.vmap(one)(random.split(rng_key, states.shape[0]), states, y, mask, lengths)
 

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from numpyro_hdphmm._core.roles import MODEL_KEY
 from numpyro_hdphmm.results.labels import MIN_SHARE, find_state_sites, kept_states, relabel_samples, state_shares
 from numpyro_hdphmm.results.posterior import as_sequences, marginal_log_likelihood
 
@@ -219,6 +220,11 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
         non-sticky ranking can flip).
       - ``False``: no log-likelihood group.
 
+      For an HDP-SLDS (:class:`numpyro_hdphmm.HDPSLDS`) ``"marginal"`` raises
+      ``NotImplementedError`` (its ``log p(y | theta)``, with the modes and the latent path
+      integrated out, has no closed form): pass ``"conditional"``, the Gaussian of each step's
+      observed dimensions given the draw's latent path.
+
     Args:
         mcmc: the MCMC object after ``run`` (any kernel of :mod:`numpyro_hdphmm.infer`, or a
             :class:`numpyro.infer.Gibbs` containing one).  The model and its arguments are read
@@ -241,6 +247,7 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
     Raises:
         ImportError: when neither ArviZ 0.x nor ``arviz_base`` is installed.
         ValueError: on an unknown ``log_likelihood``.
+        NotImplementedError: ``log_likelihood="marginal"`` (the default) for an HDP-SLDS.
     """
     _, from_numpyro = _resolve_backend(backend)
     if log_likelihood not in (True, False, "conditional", "marginal"):
@@ -258,13 +265,22 @@ def to_inference_data(mcmc, *, backend=None, log_likelihood="marginal", relabel=
 
     model, model_args, model_kwargs = mcmc.sampler.model, tuple(mcmc._args), dict(mcmc._kwargs)
     trace = _trace(model, {k: v[0, 0] for k, v in samples.items()}, model_args, model_kwargs)
+    obs_site = trace[name]
+    kind = getattr((obs_site.get("infer") or {}).get(MODEL_KEY), "kind", "hmm")
+    if kind == "slds" and log_likelihood in (True, "marginal") and obs_site["is_observed"]:
+        raise NotImplementedError(
+            f"to_inference_data(log_likelihood={log_likelihood!r}) (the default is 'marginal'): the model's "
+            f"{name!r} is an HDP-SLDS, whose marginal likelihood log p(y | theta) sums over every mode path with the latent path "
+            "integrated out for each and has no closed form (exponential in T), so nh.marginal_log_likelihood does "
+            "not compute it. Pass log_likelihood='conditional' (log N(y_t | C x_t + d, R) given each draw's latent "
+            "path, one term per observed step; what az.from_numpyro(mcmc) computes) or log_likelihood=False."
+        )
     sites = find_state_sites(samples, name, extra_sites)
     state_dims, state_coords = _state_dims(sites)
     dims = {**_plate_dims(trace), **state_dims, **(kwargs.pop("dims", None) or {})}
     coords = {**state_coords, **(kwargs.pop("coords", None) or {})}
     data = from_numpyro(mcmc, log_likelihood=conditional, dims=dims, coords=coords, **kwargs)
 
-    obs_site = trace[name]
     lengths = obs_site["fn"].lengths
     if sites.states is not None and sites.states in samples:
         _add_effective_states(data, samples, sites, name, lengths)

@@ -39,6 +39,22 @@ normalizers of :func:`~numpyro_hdphmm._core.hsmm.hsmm_forward` (states and durat
 over the represented states); ``method="particle"``, :func:`numpyro_hdphmm.forecast` and the
 calls given an EmissionFamily instead of the model raise ``NotImplementedError``.
 
+**HDP-SLDS.**  For a model of class ``"slds"`` (:class:`~numpyro_hdphmm.HDPSLDS`) the modes of
+draw ``s`` given its latent path ``x^(s)`` (the site ``{name}_latent``, ``(S, T, D)`` or ``(S, N,
+T, D)``) and its parameters are exactly an HMM whose emission family is the dynamics family (the
+order-1 :class:`~numpyro_hdphmm.emissions.AutoRegressive` of the site ``{name}_latent``, at the
+draw's ``{name}_A``, ``{name}_cov``) and whose data is ``x^(s)``: the functions above run on it,
+each draw on its own latent path (mapped with the draws), so that :func:`viterbi` is ``argmax_z
+p(z | x^(s), theta^(s))`` (the mode segmentation given the latent states, Fox et al. 2011) with
+``log p(z*, x^(s) | theta^(s))``, :func:`smooth` is ``p(z_t = k | x^(s), theta^(s))`` with ``log
+p(x^(s) | theta^(s))``, and :func:`posterior_state_marginals` averages them, a Rao-Blackwellized
+estimate of ``p(z_t = k | y)`` (``x^(s)``, ``theta^(s)`` being joint posterior draws).  ``y`` and
+``lengths`` must be None (the latent paths exist for the training data only; the lengths are the
+model's).  :func:`marginal_log_likelihood` raises ``NotImplementedError``: ``log p(y | theta)``
+of an SLDS sums over every mode path with the latent path integrated out, which has no closed
+form (its cost grows exponentially in ``T``); the pointwise log-likelihood given the latent path
+is ``nh.to_inference_data(mcmc, log_likelihood="conditional")``'s (and ``az.from_numpyro``'s).
+
 **Unrepresented states.**  Column ``K`` of ``{name}_trans`` (the mass of the states that are not
 represented; zero under the weak limit) is dropped, so the rows are sub-stochastic and the
 HMM is that of the paths which never leave the represented states.  Smoothing and Viterbi are
@@ -50,9 +66,10 @@ states instead (the HMM conditioned step by step on staying represented).
 
 **New sequences.**  ``y`` (``(T, *event)`` or ``(N, T, *event)`` with ``lengths``, NaN =
 missing: the emission is dropped, the transition kept) may be any sequences, not only the
-training data (the default when ``y`` is None).  The parameters are the posterior draws given
-the TRAINING data: the results are ``p(z* | y*, theta)`` for ``theta ~ p(theta | y_train)``, not
-updated by the new sequences (reweighting the draws by ``exp(log_likelihood)`` would do that).
+training data (the default when ``y`` is None; an HDP-SLDS has only its training data, above).
+The parameters are the posterior draws given the TRAINING data: the results are ``p(z* | y*,
+theta)`` for ``theta ~ p(theta | y_train)``, not updated by the new sequences (reweighting the
+draws by ``exp(log_likelihood)`` would do that).
 
 **Label switching.**  Per-draw results use each draw's own labels.  Averages over draws
 (:func:`posterior_state_marginals`) are meaningful only when the labels agree across draws:
@@ -119,11 +136,15 @@ class HMMDraws(NamedTuple):
     emission_batched : bool
     draw_shape : the draw axes of the samples, ``(S,)`` or e.g. ``(chains, draws)``
     samples : every site of the samples whose leading axes are the draw axes, flattened
-    observations : the model's observed ``y`` (``None`` unless traced from a model)
+    observations : the model's observed ``y`` (``None`` unless traced from a model; for an HDP-SLDS
+        the observations of its observation model, not the data of the modes' HMM: see ``latent``)
     lengths : the model's ``lengths`` (``None`` unless traced from a model that has them)
-    kind : the model class's ``kind`` (``"hmm"``, or ``"hsmm"`` for :class:`~numpyro_hdphmm.HDPHSMM`;
-        ``"hmm"`` when read from an EmissionFamily)
+    kind : the model class's ``kind`` (``"hmm"``, ``"hsmm"`` for :class:`~numpyro_hdphmm.HDPHSMM`,
+        ``"slds"`` for :class:`~numpyro_hdphmm.HDPSLDS`; ``"hmm"`` when read from an EmissionFamily)
     segments : :class:`SemiMarkovDraws` of an HDP-HSMM, else ``None``
+    latent : for an HDP-SLDS the draws' latent paths ``{name}_latent`` ``(S, T, D)`` or ``(S, N, T,
+        D)``, each draw's data of its modes' HMM (``emission`` is then the dynamics family), else
+        ``None``
     """
 
     trans: jax.Array
@@ -136,6 +157,7 @@ class HMMDraws(NamedTuple):
     lengths: Optional[jax.Array]
     kind: str = "hmm"
     segments: Optional["SemiMarkovDraws"] = None
+    latent: Optional[jax.Array] = None
 
 
 class SemiMarkovDraws(NamedTuple):
@@ -203,6 +225,10 @@ def trace_emission(model: Callable, flat, name: str = "y", model_args: tuple = (
     are the same at every draw it is returned once (``emission_batched=False``), which shares
     compiled code between calls.  :func:`trace_model` also reads the model class and, for an
     HDP-HSMM, the segment process of each draw.
+
+    For an HDP-SLDS (model class ``"slds"``) the family is the dynamics family, the ``emission`` of
+    the latent-path site ``{name}_latent`` (whose data the modes see), and ``lengths`` are that
+    site's; ``observations`` are still the observed ``y`` (of the observation model).
     """
     return trace_model(model, flat, name, model_args, model_kwargs)[:4]
 
@@ -220,17 +246,9 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
             *model_args, **model_kwargs
         )
         site = tr.get(name)
-        if site is not None and getattr((site.get("infer") or {}).get(MODEL_KEY), "kind", "hmm") == "slds":
-            raise NotImplementedError(
-                f"the model's {name!r} is an HDP-SLDS: the state-posterior functions (viterbi, smooth, "
-                "posterior_state_marginals, marginal_log_likelihood) integrate over the modes of an HMM "
-                "whose data is fixed, while an SLDS's modes see a latent path that changes with every draw; they are "
-                f"not implemented for it in this version. The draws of '{name}_states' are posterior draws of the modes "
-                f"(nh.point_segmentation(samples['{name}_states']) gives the point segmentation) and those of "
-                f"'{name}_latent' of the latent path (its posterior mean and intervals are their mean and quantiles); "
-                "nh.to_inference_data(mcmc, log_likelihood='conditional') and az.from_numpyro(mcmc) hold the pointwise "
-                "log-likelihood of the data given the latent path.")
-        if site is None or site["type"] != "sample" or not isinstance(site["fn"], EmissionLikelihood):
+        slds = site is not None and getattr((site.get("infer") or {}).get(MODEL_KEY), "kind", "hmm") == "slds"
+        # an HDP-SLDS's observed site carries its observation model; its dynamics are at '{name}_latent'
+        if site is None or site["type"] != "sample" or not (slds or isinstance(site["fn"], EmissionLikelihood)):
             raise ValueError(
                 f"`model`: the model has no HDP-HMM observation site {name!r} declared with "
                 f"numpyro_hdphmm.sample({name!r}, ...); pass `name=` or an EmissionFamily."
@@ -238,6 +256,12 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
         return tr
 
     static = []
+
+    def latent_of(tr):
+        latent = tr.get(f"{name}_latent")
+        if latent is None or latent["type"] != "sample" or not isinstance(latent.get("fn"), EmissionLikelihood):
+            raise ValueError(f"`model`: the HDP-SLDS {name!r} has no latent-path site '{name}_latent' of its dynamics.")
+        return latent
 
     def chain_of(tr):
         chain = tr.get(f"{name}_states", {}).get("fn")
@@ -254,6 +278,8 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
         right_censored = bool(getattr(chain_of(tr0), "right_censored", True)) if kind == "hsmm" else None
         static.extend([site["is_observed"], kind, right_censored])  # static: recorded while tracing
 
+        layer = latent_of(tr0) if kind == "slds" else site  # the site whose data the modes see
+
         def per_draw(d):
             tr = trace_at(d)
             tables = None
@@ -262,10 +288,11 @@ def trace_model(model: Callable, flat, name: str = "y", model_args: tuple = (), 
                 log_init, log_trans, (log_dur, log_surv), first = chain.tables()
                 law = (chain.duration, chain.duration_params) if getattr(chain, "untruncated", False) else None
                 tables = (log_init, log_trans, log_dur, log_surv, first, law)
-            return tr[name]["fn"].emission, tables
+            fn = latent_of(tr)["fn"] if kind == "slds" else tr[name]["fn"]
+            return fn.emission, tables
 
         families, tables = jax.vmap(per_draw)(samples)
-        return families, site["value"], site["fn"].lengths, tables
+        return families, site["value"], layer["fn"].lengths, tables
 
     families, value, lengths, tables = jax.jit(traced)(flat)
     observed, kind, right_censored = static
@@ -318,7 +345,23 @@ def hmm_draws(samples, model_or_emission, name: str = "y", model_args: tuple = (
                 f"`samples[{f'{name}_{p}'!r}]` must have shape {lead + (num_states,)} + parameter shape, "
                 f"got {jnp.shape(samples[f'{name}_{p}'])}."
             )
-    return HMMDraws(trans, params, emission, batched, lead, flat, observations, lengths, kind, segments)
+    latent = None
+    if kind == "slds":
+        key = f"{name}_latent"
+        latent = flat.get(key)
+        if latent is None:
+            raise ValueError(
+                f"`samples` lacks '{key}' (found {sorted(samples)}): the modes of an HDP-SLDS are decoded given "
+                "each draw's latent path."
+            )
+        event = tuple(emission.event_shape)
+        event_ok = tuple(latent.shape[latent.ndim - len(event):]) == event
+        if latent.ndim not in (len(event) + 2, len(event) + 3) or not event_ok:
+            raise ValueError(
+                f"`samples[{key!r}]` must have shape {lead} + (T, *event) or {lead} + (N, T, *event) with event "
+                f"shape {event}, got {jnp.shape(samples[key])}."
+            )
+    return HMMDraws(trans, params, emission, batched, lead, flat, observations, lengths, kind, segments, latent)
 
 
 def log_hmm_parameters(trans, renormalize: bool = False):
@@ -434,37 +477,35 @@ def _particle_kind(key, li, la, ll, valid, lengths, num_particles):
 _KINDS = {"viterbi": _viterbi_kind, "smooth": _smooth_kind, "marginal": _marginal_kind}
 
 
-def _draw_inputs(y, lengths):
-    """``inputs(params, family) -> (ll (N, T, K), valid (N, T))``: one draw's emission
-    log-likelihoods of the sequences ``y (N, T, *event)`` and their observed steps."""
-    T = y.shape[1]
-
-    def inputs(pr, fam):
-        x, valid = jax.vmap(fam.prepare)(y)
-        valid = valid & (jnp.arange(T) < lengths[:, None])
-        ll = jax.vmap(fam.log_likelihoods, in_axes=(0, None))(x, pr)
-        return ll, valid
-
-    return inputs
+def _draw_inputs(fam, pr, y, lengths):
+    """``(ll (N, T, K), valid (N, T))``: one draw's emission log-likelihoods (family ``fam`` at
+    parameters ``pr``) of the sequences ``y (N, T, *event)`` and their observed steps."""
+    x, valid = jax.vmap(fam.prepare)(y)
+    valid = valid & (jnp.arange(y.shape[1]) < lengths[:, None])
+    ll = jax.vmap(fam.log_likelihoods, in_axes=(0, None))(x, pr)
+    return ll, valid
 
 
-@partial(jax.jit, static_argnames=("kind", "renormalize", "emission_batched", "batch_size", "num_particles"))
+@partial(jax.jit, static_argnames=("kind", "renormalize", "emission_batched", "batch_size", "num_particles",
+                                   "data_per_draw"))
 def _map_draws(kind, trans, params, emission, y, lengths, renormalize, emission_batched, batch_size,
-               keys=None, num_particles=0):
+               keys=None, num_particles=0, data_per_draw=False):
     """``kind`` (viterbi / smooth / marginal / particle) at every draw, ``lax.map`` over draws;
-    ``keys (S, ...)``: one PRNG key per draw, for the particle filter only."""
+    ``keys (S, ...)``: one PRNG key per draw, for the particle filter only.  ``y`` is ``(N, T,
+    *event)``, the same sequences for every draw, or with ``data_per_draw`` ``(S, N, T, *event)``,
+    each draw's own (an HDP-SLDS's latent paths), mapped with the draws."""
     log_init, log_trans = log_hmm_parameters(trans, renormalize)
-    inputs = _draw_inputs(y, lengths)
 
     def one(args):
-        li, la, pr, fam, key = args
-        ll, valid = inputs(pr, fam if emission_batched else emission)
+        li, la, pr, fam, key, yd = args
+        ll, valid = _draw_inputs(fam if emission_batched else emission, pr, yd if data_per_draw else y, lengths)
         if kind == "particle":
             return _particle_kind(key, li, la, ll, valid, lengths, num_particles)
         return _KINDS[kind](li, la, ll, valid, lengths)
 
     fams = emission if emission_batched else None
-    return lax.map(one, (log_init, log_trans, params, fams, keys), batch_size=batch_size)
+    ys = y if data_per_draw else None
+    return lax.map(one, (log_init, log_trans, params, fams, keys, ys), batch_size=batch_size)
 
 
 def _segment_args(segments, renormalize):
@@ -507,11 +548,10 @@ def _hsmm_kind(kind, tables, ll, valid, lengths, right_censored):
 def _map_hsmm_draws(kind, segments, params, emission, y, lengths, renormalize, emission_batched, batch_size,
                     right_censored):
     """``kind`` at every draw of an HDP-HSMM (``segments``: the leaves of :class:`SemiMarkovDraws`)."""
-    inputs = _draw_inputs(y, lengths)
 
     def one(args):
         tables, pr, fam = args
-        ll, valid = inputs(pr, fam if emission_batched else emission)
+        ll, valid = _draw_inputs(fam if emission_batched else emission, pr, y, lengths)
         return _hsmm_kind(kind, tables, ll, valid, lengths, right_censored)
 
     fams = emission if emission_batched else None
@@ -521,13 +561,12 @@ def _map_hsmm_draws(kind, segments, params, emission, y, lengths, renormalize, e
 @partial(jax.jit, static_argnames=("renormalize", "emission_batched", "right_censored"))
 def _mean_hsmm_marginals(segments, params, emission, y, lengths, renormalize, emission_batched, right_censored):
     """:func:`_mean_marginals` of an HDP-HSMM."""
-    inputs = _draw_inputs(y, lengths)
     tables = _segment_args(segments, renormalize)
     num_draws, k = tables[0].shape
 
     def step(total, args):
         tabs, pr, fam = args
-        ll, valid = inputs(pr, fam if emission_batched else emission)
+        ll, valid = _draw_inputs(fam if emission_batched else emission, pr, y, lengths)
         probs, _ = _hsmm_kind("smooth", tabs, ll, valid, lengths, right_censored)
         return total + probs, None
 
@@ -538,7 +577,8 @@ def _mean_hsmm_marginals(segments, params, emission, y, lengths, renormalize, em
 
 
 def _run_kind(kind, draws, y3, lengths, renormalize, batch_size, keys=None, num_particles=0):
-    """Dispatch on the model class: the HMM's ``_map_draws`` or the HDP-HSMM's ``_map_hsmm_draws``."""
+    """Dispatch on the model class: the HMM's ``_map_draws`` (an HDP-SLDS's with each draw's latent
+    path as its data, ``y3 (S, N, T, D)``) or the HDP-HSMM's ``_map_hsmm_draws``."""
     if draws.kind == "hsmm":
         if kind == "particle":
             raise NotImplementedError(
@@ -549,28 +589,31 @@ def _run_kind(kind, draws, y3, lengths, renormalize, batch_size, keys=None, num_
         return _map_hsmm_draws(kind, segs._replace(right_censored=None),
                                draws.params, draws.emission, y3, lengths, renormalize, draws.emission_batched,
                                batch_size, segs.right_censored)
-    if draws.kind != "hmm":
-        raise NotImplementedError(f"state posteriors for the model class {draws.kind!r}: only 'hmm' and 'hsmm'.")
+    if draws.kind not in ("hmm", "slds"):
+        raise NotImplementedError(
+            f"state posteriors for the model class {draws.kind!r}: only 'hmm', 'hsmm' and 'slds'.")
     return _map_draws(kind, draws.trans, draws.params, draws.emission, y3, lengths, renormalize,
-                      draws.emission_batched, batch_size, keys, num_particles)
+                      draws.emission_batched, batch_size, keys, num_particles, data_per_draw=draws.kind == "slds")
 
 
-@partial(jax.jit, static_argnames=("renormalize", "emission_batched"))
-def _mean_marginals(trans, params, emission, y, lengths, renormalize, emission_batched):
-    """``(1/S) sum_s p(z_t = k | y, theta^(s))`` by a scan over draws (memory of one draw)."""
+@partial(jax.jit, static_argnames=("renormalize", "emission_batched", "data_per_draw"))
+def _mean_marginals(trans, params, emission, y, lengths, renormalize, emission_batched, data_per_draw=False):
+    """``(1/S) sum_s p(z_t = k | y, theta^(s))`` by a scan over draws (memory of one draw); ``y``
+    as in :func:`_map_draws` (``data_per_draw``: each draw's own sequences, scanned with it)."""
     log_init, log_trans = log_hmm_parameters(trans, renormalize)
-    inputs = _draw_inputs(y, lengths)
     num_draws, k = log_init.shape
 
     def step(total, args):
-        li, la, pr, fam = args
-        ll, valid = inputs(pr, fam if emission_batched else emission)
+        li, la, pr, fam, yd = args
+        ll, valid = _draw_inputs(fam if emission_batched else emission, pr, yd if data_per_draw else y, lengths)
         probs, _ = _smooth_kind(li, la, ll, valid, lengths)
         return total + probs, None
 
-    zero = jnp.zeros(y.shape[:2] + (k,), log_init.dtype)
+    n, t = y.shape[1:3] if data_per_draw else y.shape[:2]
+    zero = jnp.zeros((n, t, k), log_init.dtype)
     fams = emission if emission_batched else None
-    total, _ = lax.scan(step, zero, (log_init, log_trans, params, fams))
+    ys = y if data_per_draw else None
+    total, _ = lax.scan(step, zero, (log_init, log_trans, params, fams, ys))
     return total / num_draws
 
 
@@ -613,9 +656,36 @@ class MarginalLogLikelihood(NamedTuple):
     total: jax.Array
 
 
-def _resolve(model, samples, y, lengths, name, model_args, model_kwargs):
-    """Draws and sequences for the public functions: ``(draws, y3, lengths, several)``."""
+def _slds_marginal_refusal(name):
+    """The ``NotImplementedError`` of :func:`marginal_log_likelihood` on an HDP-SLDS."""
+    return NotImplementedError(
+        f"marginal_log_likelihood: the model's {name!r} is an HDP-SLDS, whose likelihood log p(y | theta) sums over "
+        "every mode path (K^T of them) with the latent path integrated out for each: it has no closed form and no "
+        "exact recursion (the Gaussian mixture over paths grows exponentially in T), so it is not computed. The "
+        "pointwise log-likelihood of the data given each draw's latent path, log N(y_t | C x_t + d, R), is in "
+        "nh.to_inference_data(mcmc, log_likelihood='conditional') and az.from_numpyro(mcmc) (for az.loo); the modes "
+        "given the latent path: nh.viterbi, nh.smooth, nh.posterior_state_marginals."
+    )
+
+
+def _resolve(caller, model, samples, y, lengths, name, model_args, model_kwargs):
+    """Draws and sequences for the public function ``caller``: ``(draws, y3, lengths, several)``;
+    ``y3`` is ``(N, T, *event)``, or for an HDP-SLDS the draws' latent paths ``(S, N, T, D)``."""
     draws = hmm_draws(samples, model, name, model_args, model_kwargs)
+    if draws.kind == "slds":
+        if caller == "marginal_log_likelihood":
+            raise _slds_marginal_refusal(name)
+        for arg, value in (("y", y), ("lengths", lengths)):
+            if value is not None:
+                raise ValueError(
+                    f"`{arg}` must be None for the HDP-SLDS {name!r}: {caller} decodes the modes given each draw's own "
+                    f"latent path '{name}_latent', which the draws hold for the training data only (new sequences "
+                    "have no latent path); the training data and lengths are read from the model with "
+                    "`model_args`/`model_kwargs`."
+                )
+        _, lengths, several = as_sequences(draws.emission, draws.latent[0], draws.lengths,
+                                           f"samples['{name}_latent']")
+        return draws, (draws.latent if several else draws.latent[:, None]), lengths, several
     if y is None:
         if draws.observations is None:
             raise ValueError(
@@ -652,15 +722,22 @@ def viterbi(model, samples, y=None, *, lengths=None, name: str = "y", model_args
     (Rabiner 1989 eqs. 32-35, :func:`numpyro_hdphmm._core.hmm.hmm_viterbi`) on the HMM of each
     draw (module docstring), with ``log_joint = log p(z*, y | theta^(s))``.
 
+    For an HDP-SLDS (module docstring) each draw's modes are decoded given its latent path
+    ``x^(s)``: ``argmax_z p(z | x^(s), theta^(s))`` and ``log p(z*, x^(s) | theta^(s))``, ``B``
+    the latent site's sequence axes.
+
     Args:
         model: the NumPyro model (traced at each draw with ``model_args``/``model_kwargs`` for the
             emission family, and for the observations when ``y`` is None) or the model's
             :class:`~numpyro_hdphmm.emissions.EmissionFamily`.
         samples: posterior draws, ``mcmc.get_samples()`` (``(S, ...)``) or grouped by chain
-            (``(C, D, ...)``): ``{name}_trans`` and the emission parameter sites.
+            (``(C, D, ...)``): ``{name}_trans`` and the emission parameter sites (for an HDP-SLDS
+            the dynamics ``{name}_A``, ``{name}_cov`` and the latent paths ``{name}_latent``).
         y: sequences to decode, ``(T, *event)`` or ``(N, T, *event)``; NaN = missing; default:
-            the model's observed data.
-        lengths: ``(N,)`` lengths of padded sequences ``y``.
+            the model's observed data.  Must be None for an HDP-SLDS (``ValueError``): the data
+            decoded are the draws' latent paths.
+        lengths: ``(N,)`` lengths of padded sequences ``y`` (None for an HDP-SLDS, whose lengths
+            are the model's).
         name: the name given to :func:`numpyro_hdphmm.sample`.
         renormalize: renormalize the rows over the represented states (module docstring).
         batch_size: draws decoded together (``lax.map``); default one at a time.
@@ -668,8 +745,11 @@ def viterbi(model, samples, y=None, *, lengths=None, name: str = "y", model_args
     Returns:
         :class:`ViterbiPaths` ``(states (*draws, *B, T), log_joint (*draws, *B))``; ties go to the
         lowest state index.
+
+    Raises:
+        ValueError: ``y`` or ``lengths`` given for an HDP-SLDS.
     """
-    draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
+    draws, y3, lengths, several = _resolve("viterbi", model, samples, y, lengths, name, model_args, model_kwargs)
     out = _run_kind("viterbi", draws, y3, lengths, renormalize, _check_batch_size(batch_size))
     return ViterbiPaths(*_shape_out(out, draws, several))
 
@@ -682,14 +762,19 @@ def smooth(model, samples, y=None, *, lengths=None, name: str = "y", model_args:
     Forward-backward in log space (Rabiner 1989 eqs. 24-27,
     :func:`numpyro_hdphmm._core.hmm.hmm_smoother`): ``p(z_t = k | y) prop. to alpha_t(k)
     beta_t(k)`` on the HMM of each draw.  Memory ``S N T K`` for the result: for many draws use
-    :func:`posterior_state_marginals` (the average) or pass a subset of the draws.
+    :func:`posterior_state_marginals` (the average) or pass a subset of the draws.  For an
+    HDP-SLDS: ``p(z_t = k | x^(s), theta^(s))`` and ``log p(x^(s) | theta^(s))`` given each draw's
+    latent path ``x^(s)`` (module docstring).
 
     Arguments as in :func:`viterbi`.
 
     Returns:
         :class:`SmoothedStates` ``(probs (*draws, *B, T, K), log_likelihood (*draws, *B))``.
+
+    Raises:
+        ValueError: ``y`` or ``lengths`` given for an HDP-SLDS.
     """
-    draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
+    draws, y3, lengths, several = _resolve("smooth", model, samples, y, lengths, name, model_args, model_kwargs)
     out = _run_kind("smooth", draws, y3, lengths, renormalize, _check_batch_size(batch_size))
     return SmoothedStates(*_shape_out(out, draws, several))
 
@@ -704,21 +789,27 @@ def posterior_state_marginals(model, samples, y=None, *, lengths=None, name: str
     It assumes the labels agree across draws: relabel them first with
     :func:`numpyro_hdphmm.relabel_samples` (states that switch labels between draws would be
     averaged into a blur).  For new sequences the draws are those given the training data (see
-    the module docstring).
+    the module docstring).  For an HDP-SLDS the average is ``(1/S) sum_s p(z_t = k | x^(s),
+    theta^(s))`` over each draw's latent path ``x^(s)``: the modes' latent path and parameters are
+    joint posterior draws, so it is a Rao-Blackwellized estimate of ``p(z_t = k | y)``.
 
     Arguments as in :func:`viterbi` (all draws, of every chain, are averaged).
 
     Returns:
         ``(*B, T, K)`` probabilities (0 at padded steps).
+
+    Raises:
+        ValueError: ``y`` or ``lengths`` given for an HDP-SLDS.
     """
-    draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
+    draws, y3, lengths, several = _resolve("posterior_state_marginals", model, samples, y, lengths, name,
+                                           model_args, model_kwargs)
     if draws.kind == "hsmm":
         segs = draws.segments
         out = _mean_hsmm_marginals(segs._replace(right_censored=None), draws.params, draws.emission, y3, lengths,
                                    renormalize, draws.emission_batched, segs.right_censored)
     else:
         out = _mean_marginals(draws.trans, draws.params, draws.emission, y3, lengths, renormalize,
-                              draws.emission_batched)
+                              draws.emission_batched, data_per_draw=draws.kind == "slds")
     return out if several else out[0]
 
 
@@ -763,6 +854,11 @@ def marginal_log_likelihood(model, samples, y=None, *, lengths=None, name: str =
     Returns:
         :class:`MarginalLogLikelihood` ``(pointwise (*draws, *B, T), observed (*B, T),
         total (*draws, *B))``.
+
+    Raises:
+        NotImplementedError: for an HDP-SLDS, whose ``log p(y | theta)`` (every mode path, the latent
+            path integrated out for each) has no closed form; its pointwise log-likelihood given
+            the latent path is ``nh.to_inference_data(mcmc, log_likelihood="conditional")``'s.
     """
     if method not in ("forward", "particle"):
         raise ValueError(f"`method` must be 'forward' or 'particle', got {method!r}.")
@@ -771,7 +867,8 @@ def marginal_log_likelihood(model, samples, y=None, *, lengths=None, name: str =
         num_particles = check_static_int("num_particles", num_particles)
         if rng_key is None:
             raise ValueError("`rng_key` is required with method='particle' (a jax.random key).")
-    draws, y3, lengths, several = _resolve(model, samples, y, lengths, name, model_args, model_kwargs)
+    draws, y3, lengths, several = _resolve("marginal_log_likelihood", model, samples, y, lengths, name, model_args,
+                                           model_kwargs)
     keys = jax.random.split(rng_key, int(np.prod(draws.draw_shape, dtype=int))) if particle else None
     pointwise, total, observed = _run_kind("particle" if particle else "marginal", draws, y3, lengths, renormalize,
                                            _check_batch_size(batch_size), keys, num_particles if particle else 0)

@@ -429,7 +429,8 @@ def test_predictive_draws_from_the_fit(fit):
 
 def test_arviz_loo_and_results_layer(fit):
     """``az.from_numpyro`` + ``az.loo`` work on the fit unmodified (pointwise log-likelihood per step of
-    each sequence); the HMM state-posterior functions refuse an SLDS and say what to use."""
+    each sequence); ``nh.to_inference_data``'s default marginal log-likelihood refuses an SLDS and says
+    what to use."""
     import arviz as az
 
     model, mcmc, ys, lengths, _, _ = fit
@@ -439,8 +440,6 @@ def test_arviz_loo_and_results_layer(fit):
         loo = az.loo(idata, var_name="y")
     assert idata.log_likelihood["y"].shape[-2:] == (2, 120)
     assert np.isfinite(float(np.asarray(loo["elpd_loo"] if "elpd_loo" in loo else loo.elpd_loo)))
-    with pytest.raises(NotImplementedError, match="point_segmentation"):
-        nh.viterbi(model, mcmc.get_samples(), model_args=(ys, lengths))
     point = nh.point_segmentation(np.asarray(mcmc.get_samples()["y_states"]), lengths=lengths)
     assert np.shape(point.labels) == (2, 120)
     with warnings.catch_warnings():
@@ -449,6 +448,102 @@ def test_arviz_loo_and_results_layer(fit):
             nh.to_inference_data(mcmc)
         ours = nh.to_inference_data(mcmc, log_likelihood="conditional")
     assert "y_latent" in ours.posterior and "y" in ours.log_likelihood
+
+
+def test_mode_posteriors_given_the_latent_path(fit):
+    """``nh.viterbi`` / ``nh.smooth`` / ``nh.posterior_state_marginals`` of an SLDS decode each draw's
+    modes given its own latent path: shapes with two sequences and ``lengths``, padded steps, and
+    exactly the HMM functions called with the dynamics family and that draw's latent path as ``y``.
+    Negative control: the same comparison with another draw's latent path fails."""
+    model, mcmc, ys, lengths, _, z = fit
+    s = mcmc.get_samples()
+    kw = dict(model_args=(ys, lengths))
+    vit = nh.viterbi(model, s, **kw)
+    sm = nh.smooth(model, s, **kw)
+    mean = nh.posterior_state_marginals(model, s, **kw)
+    assert vit.states.shape == (40, 2, 120) and vit.log_joint.shape == (40, 2)
+    assert sm.probs.shape == (40, 2, 120, 5) and sm.log_likelihood.shape == (40, 2) and mean.shape == (2, 120, 5)
+    states, probs = np.asarray(vit.states), np.asarray(sm.probs)
+    assert np.all(states[:, 1, 100:] == -1) and np.all(probs[:, 1, 100:] == 0.0) and np.all(states[:, :, :100] >= 0)
+    np.testing.assert_allclose(probs[:, 0].sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(probs[:, 1, :100].sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(mean), probs.mean(0), atol=1e-5)
+    assert np.all(np.asarray(vit.log_joint) <= np.asarray(sm.log_likelihood) + 1e-3)
+    assert hamming(states[-1, 0], z) < 0.15
+
+    def direct(draw, latent_of):
+        one = {k: s[k][draw:draw + 1] for k in ("y_trans", "y_A", "y_cov")}
+        return (nh.viterbi(dynamics(), one, y=s["y_latent"][latent_of], lengths=lengths),
+                nh.smooth(dynamics(), one, y=s["y_latent"][latent_of], lengths=lengths))
+
+    diffs = []
+    for draw in (5, 39):
+        v, m = direct(draw, draw)
+        np.testing.assert_array_equal(np.asarray(v.states[0]), states[draw])
+        diffs.append([float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in (
+            (v.log_joint[0], vit.log_joint[draw]), (m.probs[0], probs[draw]),
+            (m.log_likelihood[0], sm.log_likelihood[draw]))])
+    print("max |diff| (log_joint, probs, log_likelihood):", np.max(diffs, axis=0))
+    assert np.max(np.array(diffs)[:, [0, 2]]) < 1e-3 and np.max(np.array(diffs)[:, 1]) < 1e-5, diffs
+    # negative control: draw 39's parameters on draw 5's latent path
+    v, m = direct(39, 5)
+    wrong = float(np.max(np.abs(np.asarray(m.log_likelihood[0]) - np.asarray(sm.log_likelihood[39]))))
+    print("shuffled latent paths: max |diff| of log_likelihood", wrong)
+    assert wrong > 1.0, wrong
+
+
+def _tiny_slds(y=None):
+    obs = nh.LinearGaussianObservation(2, D, C=np.eye(2), noise="diagonal", scale=0.02 * np.eye(2))
+    nh.sample("y", nh.HDPSLDS(1.0, 1.0, 5.0, dynamics(), obs, max_states=2), obs=y)
+
+
+def test_mode_posteriors_given_the_latent_path_by_enumeration():
+    """``nh.smooth`` / ``nh.viterbi`` / ``nh.posterior_state_marginals`` of an SLDS against the 2^4
+    mode paths of two hand-made draws (T = 4, K = 2; column K of the rows, the mass of new states,
+    dropped), with the dynamics' Gaussians written out; ``marginal_log_likelihood`` and new
+    sequences are refused."""
+    rng = np.random.default_rng(0)
+    T, K = 4, 2
+    trans = rng.dirichlet(np.ones(K + 1), size=(2, K + 1))
+    A = rng.normal(0.0, 0.5, (2, K, D, D + 1))
+    L = rng.normal(0.0, 0.3, (2, K, D, D))
+    cov = L @ np.swapaxes(L, -1, -2) + 0.2 * np.eye(D)
+    latent = rng.normal(0.0, 1.0, (2, T, D))
+    samples = {"y_trans": trans, "y_A": A, "y_cov": cov, "y_latent": latent, "y_states": np.zeros((2, T), np.int32)}
+    y = rng.normal(size=(T, D))
+    sm = nh.smooth(_tiny_slds, samples, model_args=(y,))
+    vit = nh.viterbi(_tiny_slds, samples, model_args=(y,))
+    mean = nh.posterior_state_marginals(_tiny_slds, samples, model_args=(y,))
+    assert sm.probs.shape == (2, T, K) and vit.states.shape == (2, T) and mean.shape == (T, K)
+    worst = 0.0
+    for s in range(2):
+        x = latent[s]
+        prev = np.vstack([np.zeros(D), x[:-1]])  # x_{-1} = 0: the family's presample value
+        ll = np.array([[multivariate_normal(A[s, k] @ np.append(prev[t], 1.0), cov[s, k]).logpdf(x[t])
+                        for k in range(K)] for t in range(T)])
+        paths = list(itertools.product(range(K), repeat=T))
+        logs = np.array([np.log(trans[s, K, p[0]]) + sum(np.log(trans[s, p[t - 1], p[t]]) for t in range(1, T))
+                         + sum(ll[t, p[t]] for t in range(T)) for p in paths])
+        total = np.logaddexp.reduce(logs)
+        marg = np.zeros((T, K))
+        for p, w in zip(paths, np.exp(logs - total)):
+            marg[np.arange(T), p] += w
+        worst = max(worst, np.max(np.abs(np.asarray(sm.probs[s]) - marg)))
+        assert abs(float(sm.log_likelihood[s]) - total) < 1e-5
+        assert tuple(np.asarray(vit.states[s])) == paths[int(np.argmax(logs))]
+        assert abs(float(vit.log_joint[s]) - logs.max()) < 1e-5
+    print("enumeration: max |diff| of the smoothed marginals", worst)
+    assert worst < 1e-6
+    np.testing.assert_allclose(np.asarray(mean), np.asarray(sm.probs).mean(0), atol=1e-6)
+    with pytest.raises(NotImplementedError, match="no closed form.*conditional"):
+        nh.marginal_log_likelihood(_tiny_slds, samples, model_args=(y,))
+    with pytest.raises(ValueError, match="`y` must be None.*latent path"):
+        nh.smooth(_tiny_slds, samples, y, model_args=(y,))
+    with pytest.raises(ValueError, match="`lengths` must be None"):
+        nh.viterbi(_tiny_slds, samples, lengths=np.array([T]), model_args=(y,))
+    with pytest.raises(ValueError, match="y_latent"):
+        nh.posterior_state_marginals(_tiny_slds, {k: v for k, v in samples.items() if k != "y_latent"},
+                                     model_args=(y,))
 
 
 def test_forecast_continues_the_latent_path(fit):

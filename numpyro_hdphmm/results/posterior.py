@@ -42,7 +42,7 @@ calls given an EmissionFamily instead of the model raise ``NotImplementedError``
 **HDP-SLDS.**  For a model of class ``"slds"`` (:class:`~numpyro_hdphmm.HDPSLDS`) the modes of
 draw ``s`` given its latent path ``x^(s)`` (the site ``{name}_latent``, ``(S, T, D)`` or ``(S, N,
 T, D)``) and its parameters are exactly an HMM whose emission family is the dynamics family (the
-order-1 :class:`~numpyro_hdphmm.emissions.AutoRegressive` of the site ``{name}_latent``, at the
+:class:`~numpyro_hdphmm.emissions.AutoRegressive` of the site ``{name}_latent``, at the
 draw's ``{name}_A``, ``{name}_cov``) and whose data is ``x^(s)``: the functions above run on it,
 each draw on its own latent path (mapped with the draws), so that :func:`viterbi` is ``argmax_z
 p(z | x^(s), theta^(s))`` (the mode segmentation given the latent states, Fox et al. 2011) with

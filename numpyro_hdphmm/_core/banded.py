@@ -36,17 +36,30 @@ with ``B^{(0)} = I``, ``B^{(i)} = -A^{(i)}``, ``E_s`` the embedding of block ``s
 block index is negative, the presample values, are constants moved into ``h``) and the masked
 ``C_t, R_t`` of :mod:`~numpyro_hdphmm._core.kalman`.  Every term is a Gram matrix of whitened
 rows, ``B^{(i)T} Q^{-1} B^{(j)} = (L_Q^{-1} B^{(i)})^T (L_Q^{-1} B^{(j)})`` with ``L_Q L_Q^T =
-Q``, so ``J`` is positive definite by construction.  The band Cholesky factor ``J = L L^T``
-(lower, ``r`` blocks below the diagonal) is one sequential ``lax.scan`` over the block rows; then
-``w = L^{-1} h`` in the same pass, and a draw is ``x = L^{-T} (w + \epsilon)``,
-``\epsilon \sim N(0, I)``, one backward scan (the mean is ``L^{-T} w``).  Work ``O(T r^2 D^3)``,
-memory ``O(T r D^2)``; pure JAX, jittable and vmappable over sequences.  With ``r = 1`` the law is
-that of :func:`numpyro_hdphmm._core.kalman.kalman_sample` (the test suite checks it).
+Q``, so ``J`` is positive definite by construction.
+
+Grouping ``r`` consecutive steps into one super-step of dimension ``r D`` makes the band
+block-tridiagonal (two steps at most ``r`` apart lie in the same or in adjacent groups), so the
+Cholesky factor ``J = L L^T`` is the block-tridiagonal recursion
+
+.. math::
+
+    L_{S,S-1} = J_{S,S-1} L_{S-1,S-1}^{-T}, \qquad
+    L_{S,S} L_{S,S}^T = J_{S,S} - L_{S,S-1} L_{S,S-1}^T, \qquad
+    w_S = L_{S,S}^{-1} (h_S - L_{S,S-1} w_{S-1}),
+
+one sequential ``lax.scan`` over the ``ceil(T / r)`` groups with three dense ``r D`` operations
+each (the sequence is padded to whole groups with independent standard normal steps, which are
+dropped).  A draw is ``x = L^{-T} (w + \epsilon)``, ``\epsilon \sim N(0, I)``, one backward scan
+(the mean is ``L^{-T} w``).  Work ``O(T r^2 D^3)``, memory ``O(T r D^2)``; pure JAX, jittable and
+vmappable over sequences.  With ``r = 1`` the law is that of
+:func:`numpyro_hdphmm._core.kalman.kalman_sample` (the test suite checks it).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -58,17 +71,30 @@ from numpyro_hdphmm._core.linalg import small_matmul
 __all__ = ["BandedPosterior", "banded_posterior", "banded_mean", "banded_sample"]
 
 
-class BandedPosterior(NamedTuple):
+@partial(jax.tree_util.register_dataclass, data_fields=["diag", "below", "whitened"],
+         meta_fields=["num_steps", "dim"])
+@dataclass(frozen=True)
+class BandedPosterior:
     r"""The latent path's posterior ``N(J^{-1} h, J^{-1})`` in factored form (module docstring).
 
-    chol : (T, r + 1, D, D)
-        the band Cholesky factor of ``J``: ``chol[s, l] = L[s, s - l]`` (zero where ``s - l < 0``).
-    whitened : (T, D)
+    Steps are grouped by ``r`` into ``M = ceil(T / r)`` super-steps of dimension ``n = r D``
+    (module docstring; the last group padded).
+
+    diag : (M, n, n)
+        the diagonal blocks ``L_{S,S}`` of the Cholesky factor of ``J`` (lower triangular).
+    below : (M, n, n)
+        ``L_{S,S-1}`` (zero for ``S = 0``).
+    whitened : (M, n)
         ``w = L^{-1} h``.
+    num_steps, dim : int (static)
+        ``T`` and ``D``.
     """
 
-    chol: jax.Array
+    diag: jax.Array
+    below: jax.Array
     whitened: jax.Array
+    num_steps: int
+    dim: int
 
 
 def _sym(m):
@@ -146,47 +172,46 @@ def banded_posterior(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) ->
     band = band.at[:, 0].add(obs_prec)
     h = h + obs_h
 
-    def row(carry, inp):
-        prev, w_prev = carry  # prev[q] = chol row s - 1 - q, w_prev[q] = w_{s - 1 - q}
-        J_row, h_s = inp
-        new = [None] * (r + 1)
-        for lag in range(r, 0, -1):  # L[s, s - lag], columns in increasing order
-            S = J_row[lag]
-            for a in range(lag + 1, r + 1):
-                S = S - small_matmul(new[a], prev[lag - 1, a - lag].T)
-            new[lag] = solve_triangular(prev[lag - 1, 0], S.T, lower=True).T
-        S0 = J_row[0]
-        u = h_s
-        for a in range(1, r + 1):
-            S0 = S0 - small_matmul(new[a], new[a].T)
-            u = u - new[a] @ w_prev[a - 1]
-        new[0] = jnp.linalg.cholesky(_sym(S0))
-        w = solve_triangular(new[0], u, lower=True)
-        out = jnp.stack(new)
-        return (jnp.concatenate([out[None], prev[:-1]]), jnp.concatenate([w[None], w_prev[:-1]])), (out, w)
+    # super-steps of r steps: J[s, s - l] = band[s, l] regrouped into diagonal and sub-diagonal blocks
+    groups = -(-T // r)
+    pad = groups * r - T
+    band = jnp.concatenate([band, jnp.zeros((pad, r + 1, D, D), dtype).at[:, 0].set(jnp.eye(D, dtype=dtype))])
+    h = jnp.concatenate([h, jnp.zeros((pad, D), dtype)])
+    band = band.reshape(groups, r, r + 1, D, D)  # [S, p, l] = J[S r + p, S r + p - l]
+    zero = jnp.zeros((groups, D, D), dtype)
+    diag_rows, below_rows = [], []
+    for p in range(r):
+        diag_rows.append(jnp.concatenate(
+            [band[:, p, p - q] if q <= p else jnp.swapaxes(band[:, q, q - p], -1, -2) for q in range(r)], axis=-1))
+        below_rows.append(jnp.concatenate([band[:, p, r + p - q] if q >= p else zero for q in range(r)], axis=-1))
+    J_diag = jnp.concatenate(diag_rows, axis=-2)  # (M, rD, rD)
+    J_below = jnp.concatenate(below_rows, axis=-2)  # J[S, S - 1]
+    n = r * D
 
-    # rows before the start: identity diagonal and zero band, so their solves are inert
-    prev0 = jnp.zeros((r, r + 1, D, D), dtype).at[:, 0].set(jnp.eye(D, dtype=dtype))
-    _, (chol, w) = lax.scan(row, (prev0, jnp.zeros((r, D), dtype)), (band, h))
-    return BandedPosterior(chol, w)
+    def group(carry, inp):
+        L_prev, w_prev = carry
+        J_SS, J_Sb, h_S = inp
+        L_b = solve_triangular(L_prev, J_Sb.T, lower=True).T  # J_{S,S-1} L_{S-1,S-1}^{-T}
+        L_SS = jnp.linalg.cholesky(_sym(J_SS - small_matmul(L_b, L_b.T)))
+        w = solve_triangular(L_SS, h_S - L_b @ w_prev, lower=True)
+        return (L_SS, w), (L_SS, L_b, w)
+
+    init = (jnp.eye(n, dtype=dtype), jnp.zeros((n,), dtype))  # no group before the first: J_{0,-1} = 0
+    _, (L_diag, L_below, w) = lax.scan(group, init, (J_diag, J_below, h.reshape(groups, n)))
+    return BandedPosterior(L_diag, L_below, w, T, D)
 
 
 def _back_substitute(post: BandedPosterior, v):
-    r"""``x = L^{-T} v`` for ``v (T, D)``: one backward scan over the block rows."""
-    chol = post.chol
-    T, r1, D, _ = chol.shape
-    r = r1 - 1
-    # below[s, a - 1] = L[s + a, s] (zero past the end)
-    below = jnp.stack([jnp.concatenate([chol[a:, a], jnp.zeros((a, D, D), chol.dtype)]) for a in range(1, r + 1)], 1)
+    r"""``x = L^{-T} v`` for ``v (M, n)``: one backward scan over the groups; returns ``(T, D)``."""
+    above = jnp.concatenate([post.below[1:], jnp.zeros_like(post.below[:1])])  # L_{S+1,S}
 
-    def step(after, inp):
-        L_ss, low, v_s = inp
-        u = v_s - jnp.einsum("aij,ai->j", low, after)
-        x = solve_triangular(L_ss, u, lower=True, trans="T")
-        return jnp.concatenate([x[None], after[:-1]]), x
+    def step(x_next, inp):
+        L_SS, L_up, v_S = inp
+        x = solve_triangular(L_SS, v_S - L_up.T @ x_next, lower=True, trans="T")
+        return x, x
 
-    _, x = lax.scan(step, jnp.zeros((r, D), chol.dtype), (chol[:, 0], below, v), reverse=True)
-    return x
+    _, x = lax.scan(step, jnp.zeros_like(v[0]), (post.diag, above, v), reverse=True)
+    return x.reshape(-1, post.dim)[: post.num_steps]
 
 
 def banded_mean(post: BandedPosterior):

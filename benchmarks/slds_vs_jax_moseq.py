@@ -7,9 +7,11 @@ models coincide:
 
 - modes: ``beta ~ Dir(gamma / K)``, ``pi_j ~ Dir(alpha beta + kappa e_j)``, ``K`` states, fixed
   ``gamma, alpha, kappa`` on both sides;
-- dynamics: order 1 (``nlags=1``), ``[A_k b_k] | Q_k ~ MN([I 0], Q_k, K_0_scale I)``,
-  ``Q_k ~ IW(D + 2, S_0_scale I)`` (ours: ``AutoRegressive(1, loc=[I 0], col_precision=I / K_0_scale,
-  df=D + 2, scale=S_0_scale I)``);
+- dynamics: order ``r = --nlags`` (1 by default; keypoint-MoSeq's latent dynamics use 3),
+  ``[A_k^(1) ... A_k^(r) b_k] | Q_k ~ MN(M_0, Q_k, K_0_scale I)`` with ``M_0`` the identity on the
+  most recent lag, ``Q_k ~ IW(D + 2, S_0_scale I)`` (ours: ``AutoRegressive(r, loc=M_0,
+  col_precision=I / K_0_scale, df=D + 2, scale=S_0_scale I)``; jax-moseq orders the lags oldest
+  first, ours most recent first: the workers report both in jax-moseq's order);
 - observations: Gaussian noise, ``R = diag(sigmasq)``.  jax-moseq never resamples ``[C d]`` (it
   stays at its whitened-PCA start) and with Gaussian noise (``skip_noise=True``, noise scales
   ``s = 1``) keeps ``sigmasq`` fixed; so our side fixes ``C`` and ``d`` to jax-moseq's ``Cd``
@@ -55,6 +57,7 @@ Run (from the repository root, our environment)::
 
     python -m benchmarks.slds_vs_jax_moseq --moseq-python /tmp/moseq_venv/bin/python
     python -m benchmarks.slds_vs_jax_moseq --moseq-python ... --sizes 2000 --sweeps 50 --blocks 3 --precisions f32
+    python -m benchmarks.slds_vs_jax_moseq --moseq-python ... --nlags 3   # MoSeq's latent AR order: a section of its own
     python -m benchmarks.slds_vs_jax_moseq --moseq-python ... --quick     # checks that it runs, records nothing
 
 Prints a markdown table and saves it with the raw numbers as a section of ``benchmarks/results/peers.json``.
@@ -84,8 +87,8 @@ INTRO = (
     "jax-moseq's SLDS sweep (`jax_moseq.models.slds.resample_model`) against ours (`WeakLimitGibbs` on "
     "`nh.HDPSLDS`) where the models coincide.  Synthetic SLDS (5 modes of damped rotations with distinct fixed "
     "points, D = 4, P = 10, R = {noise_var:g} I, sticky switches), K = {states} (weak limit), gamma = {gamma:g}, "
-    "alpha = {alpha:g}, kappa = {kappa:g} fixed on both sides, order-1 dynamics with the same MNIW prior "
-    "(`M_0 = [I 0]`, column covariance {K_0_scale:g} I, `IW(D + 2, {S_0_scale:g} I)`), `[C d]` fixed to jax-moseq's "
+    "alpha = {alpha:g}, kappa = {kappa:g} fixed on both sides, order-{nlags} dynamics with the same MNIW prior "
+    "(`M_0` the identity on the most recent lag, column covariance {K_0_scale:g} I, `IW(D + 2, {S_0_scale:g} I)`), `[C d]` fixed to jax-moseq's "
     "whitened-PCA start on both sides (jax-moseq never resamples it), R fixed at the true {noise_var:g} (jax-moseq: "
     "`skip_noise=True`, noise scales `s = 1`; ours: `noise=\"diagonal\"` pinned by a prior of 10^6 degrees of "
     "freedom, still updated every sweep).  Each side in its own process; start-up timed apart; one untimed block "
@@ -93,8 +96,8 @@ INTRO = (
     "`lax.fori_loop` of `kernel.sample` per block (no NumPyro per-sample collection); jax-moseq: a Python loop of "
     "`resample_model` (as the package runs; a host round trip per sweep for its CRF table counts).  \"log joint\": "
     "computed by the driver with the same numpy code from each side's state after {total} sweeps, "
-    "`sum_t log N(y_t | C x_t + d, R) + sum_{{t>=1}} log N(x_t | A_z x_{{t-1}} + b_z, Q_z) + "
-    "sum_{{t>=2}} log pi[z_{{t-1}}, z_t]` (obs / dyn / modes); jax-moseq's own `model_likelihood` (Y + x + z) is "
+    "`sum_t log N(y_t | C x_t + d, R) + sum_{{t>=r}} log N(x_t | A_z [x_{{t-1}}; ...; x_{{t-r}}] + b_z, Q_z) + "
+    "sum_{{t>r}} log pi[z_{{t-1}}, z_t]` (obs / dyn / modes, r = {nlags}); jax-moseq's own `model_likelihood` (Y + x + z) is "
     "the \"own figure\".  One chain per side: one draw, not a posterior average.{compare}")
 COLUMNS_NOTE = (
     "\"compile s\": ours, the ahead-of-time compilation of the {sweeps}-sweep loop; jax-moseq, the time of its first "
@@ -142,8 +145,10 @@ def make_data(T: int, seed: int = 0, D: int = 4, P: int = 10, modes: int = 5, no
     return {"y": y, "x": x, "z": z}
 
 
-def common_log_joint(y, Cd, st) -> dict:
-    """The driver's own log joint of one side's state ``st`` (module docstring), numpy float64."""
+def common_log_joint(y, Cd, st, nlags=1) -> dict:
+    """The driver's own log joint of one side's state ``st`` (module docstring), numpy float64:
+    ``Ab (K, D, D r + 1)`` with the lags oldest first (jax-moseq's order), ``z`` the modes of the
+    steps ``r, ..., T - 1``."""
     x, z = np.asarray(st["x"], float), np.asarray(st["z"], int)
     Ab, Q, pi, R = (np.asarray(st[k], float) for k in ("Ab", "Q", "pi", "R"))
     D = x.shape[1]
@@ -152,8 +157,9 @@ def common_log_joint(y, Cd, st) -> dict:
     obs = -0.5 * np.sum(resid ** 2 / R + np.log(2 * np.pi * R))
     dyn = 0.0
     for k in np.unique(z):
-        t = np.nonzero(z == k)[0] + 1                      # z[i] is the mode of step i + 1
-        e = x[t] - x[t - 1] @ Ab[k, :, :D].T - Ab[k, :, D]
+        t = np.nonzero(z == k)[0] + nlags                  # z[i] is the mode of step i + r
+        lags = np.concatenate([x[t - nlags + j] for j in range(nlags)], axis=1)  # oldest first
+        e = x[t] - lags @ Ab[k, :, :D * nlags].T - Ab[k, :, D * nlags]
         L = np.linalg.cholesky(Q[k])
         u = np.linalg.solve(L, e.T)
         dyn += -0.5 * np.sum(u * u) - len(t) * (np.sum(np.log(np.diag(L))) + 0.5 * D * np.log(2 * np.pi))
@@ -180,7 +186,7 @@ def run_size(T, args, data_dir, log):
     path = os.path.join(data_dir, f"slds_T{T}.npz")
     np.savez(path, **data)
     hyper = dict(data=path, K=args.states, alpha=args.alpha, gamma=args.gamma, kappa=args.kappa,
-                 S_0_scale=args.S_0_scale, K_0_scale=args.K_0_scale, D=4, seed=args.seed, n=args.sweeps,
+                 S_0_scale=args.S_0_scale, K_0_scale=args.K_0_scale, D=4, seed=args.seed, n=args.sweeps, nlags=args.nlags,
                  sigmasq=[args.noise_var] * data["y"].shape[1])
     workers, setups = {}, {}
     try:
@@ -218,7 +224,7 @@ def run_size(T, args, data_dir, log):
     finally:
         for w in workers.values():
             w.close()
-    out = {"T": T, "P": int(data["y"].shape[1]), "D": 4, "K": args.states, "sweeps_per_block": args.sweeps,
+    out = {"T": T, "P": int(data["y"].shape[1]), "D": 4, "K": args.states, "nlags": args.nlags, "sweeps_per_block": args.sweeps,
            "blocks": args.blocks, "sides": {}, "loads": loads, "profile": profile}
     for name in order:
         sec = float(np.median(times[name]))
@@ -227,7 +233,7 @@ def run_size(T, args, data_dir, log):
             compile_s = s["first_s"] + s["warm_s"] - args.sweeps * sec
         else:
             compile_s = s["compile_s"] + max(s["first_s"] - args.sweeps * sec, 0.0)
-        lj = common_log_joint(data["y"], Cd, states[name])
+        lj = common_log_joint(data["y"], Cd, states[name], args.nlags)
         out["sides"][name] = {"s_per_sweep": times[name], "median_s": sec, "min_s": float(np.min(times[name])),
                               "init_s": s["init_s"], "compile_s": compile_s, "setup": {k: v for k, v in s.items()
                                                                                        if k != "Cd"},
@@ -261,13 +267,13 @@ def render(results) -> str:
     prof = [r for r in results if r.get("profile")]
     if prof:
         md += "\n\nOur sweep by block (ms per sweep, each block compiled and timed on its own, best of 3):\n\n"
-        md += ("| data | whole sweep | Kalman sampler of x | HDP-AR-HMM sweep on x (own lp included) | R update | "
+        md += ("| data | whole sweep | latent-path sampler of x (Kalman for r = 1, band Cholesky for r > 1) | HDP-AR-HMM sweep on x (own lp included) | R update | "
                "obs. log lik. | recorded lp + data log lik. |\n")
         md += "|---|---:|---:|---:|---:|---:|---:|\n"
         for r in prof:
             p = r["profile"]
             md += "| T = %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n" % (r["T"], *(1e3 * p.get(k, np.nan) for k in (
-                "sweep", "kalman", "ar_hmm", "obs_update", "obs_loglik", "log_joint")))
+                "sweep", "latent", "ar_hmm", "obs_update", "obs_loglik", "log_joint")))
     return md, cols, rows
 
 
@@ -314,6 +320,7 @@ def main(argv=None):
     parser.add_argument("--sweeps", type=int, default=50, help="sweeps per block (N)")
     parser.add_argument("--blocks", type=int, default=3)
     parser.add_argument("--states", type=int, default=10, help="K, the weak-limit capacity")
+    parser.add_argument("--nlags", type=int, default=1, help="r, the order of the latent dynamics on both sides")
     parser.add_argument("--precisions", nargs="+", default=["f32", "f64"], choices=["f32", "f64"],
                         help="our contenders (jax-moseq always runs in float64)")
     parser.add_argument("--alpha", type=float, default=5.0)
@@ -356,14 +363,15 @@ def main(argv=None):
         intro = INTRO.format(noise_var=args.noise_var, states=args.states, gamma=args.gamma, alpha=args.alpha,
                              kappa=args.kappa, K_0_scale=args.K_0_scale, S_0_scale=args.S_0_scale, sweeps=args.sweeps,
                              blocks=args.blocks, order=", ".join(order), total=(1 + args.blocks) * args.sweeps,
-                             compare=compare)
+                             compare=compare, nlags=args.nlags)
         loads = "; ".join(f"T = {r['T']}: {load_range(r['loads'])}" for r in results)
         blocks = [text_block(intro), text_block(text), table(cols, rows, align="lll" + "r" * (len(cols) - 3)),
                   text_block(COLUMNS_NOTE.format(sweeps=args.sweeps, loads=loads)), text_block(ratio_line(results))]
         if any(r.get("profile") for r in results):
             blocks += blocks_from_markdown(md.split("\n\n", 1)[1])
         blocks.append(text_block(DIFFERENCES))
-        p = save(QUESTION, TITLE, blocks,
+        title = TITLE if args.nlags == 1 else f"{TITLE}: latent dynamics of order {args.nlags}"
+        p = save(QUESTION, title, blocks,
                  command_line("slds_vs_jax_moseq", argv or sys.argv[1:]), comparisons=comparisons(results, args.states),
                  data={"results": results, "markdown": md})
         log(f"saved {p}")

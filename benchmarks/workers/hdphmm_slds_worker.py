@@ -44,8 +44,11 @@ def setup(msg):
     Cd = np.asarray(msg["Cd"], y.dtype)
     D = Cd.shape[1] - 1
     K = int(msg["K"])
-    loc = np.concatenate([np.eye(D), np.zeros((D, 1))], axis=1)  # M_0 = [I 0], as jax-moseq's
-    dynamics = nh.emissions.AutoRegressive(1, loc=loc, col_precision=np.eye(D + 1) / msg["K_0_scale"],
+    nlags = int(msg.get("nlags", 1))
+    m = D * nlags + 1
+    loc = np.zeros((D, m))
+    loc[:, :D] = np.eye(D)  # M_0: the identity on the most recent lag (our first block), as jax-moseq's
+    dynamics = nh.emissions.AutoRegressive(nlags, loc=loc, col_precision=np.eye(m) / msg["K_0_scale"],
                                            df=D + 2.0, scale=msg["S_0_scale"] * np.eye(D))
     sigmasq = np.asarray(msg["sigmasq"], np.float64)
     if msg["noise"] == "pinned":
@@ -76,7 +79,7 @@ def setup(msg):
     t0 = time.perf_counter()
     state = jax.block_until_ready(compiled(state))
     first_s = time.perf_counter() - t0
-    S.update(kernel=kernel, args=args, kwargs=kwargs, state=state, compiled=compiled, y=y, D=D, K=K,
+    S.update(kernel=kernel, args=args, kwargs=kwargs, state=state, compiled=compiled, y=y, D=D, K=K, nlags=nlags,
              dynamics=dynamics, observation=observation, n=n, hyper=(msg["gamma"], msg["alpha"], msg["kappa"]))
     return {"init_s": init_s, "compile_s": compile_s, "first_s": first_s, "versions": VERSIONS}
 
@@ -91,10 +94,13 @@ def state(msg):
     z = S["state"].z
     st = S["state"]
     trans = np.asarray(z["y_trans"])
+    r, D = S["nlags"], S["D"]
+    A = np.asarray(z["y_A"])  # ours: lags most recent first
+    ab = np.concatenate([A[..., (r - 1 - j) * D:(r - j) * D] for j in range(r)] + [A[..., D * r:]], axis=-1)
     return {
         "x": np.asarray(z["y_latent"]).tolist(),            # (T, D)
-        "z": np.asarray(z["y_states"])[1:].tolist(),        # modes of steps 1..T-1 (x_t | x_{t-1})
-        "Ab": np.asarray(z["y_A"]).tolist(),               # (K, D, D + 1)
+        "z": np.asarray(z["y_states"])[r:].tolist(),        # modes of steps r..T-1 (x_t | x_{t-1}, ..., x_{t-r})
+        "Ab": ab.tolist(),                                 # (K, D, D r + 1), lags oldest first (jax-moseq's order)
         "Q": np.asarray(z["y_cov"]).tolist(),
         "pi": trans[:-1].tolist(),                         # (K, K); the start row (last) left out
         "R": np.asarray(z["y_R"]).tolist(),                # (P,)
@@ -104,8 +110,8 @@ def state(msg):
 
 
 def profile(msg):
-    """Seconds per sweep of (a) the whole sweep, (b) the Kalman filter + backward sampler of the
-    latent path alone, (c) the HDP-AR-HMM sweep on a fixed latent path (FFBS over the modes, MNIW
+    """Seconds per sweep of (a) the whole sweep, (b) the sampler of the latent path alone (the Kalman
+    filter and backward sampler for order 1, the band Cholesky sampler for order r), (c) the HDP-AR-HMM sweep on a fixed latent path (FFBS over the modes, MNIW
     dynamics, the HDP layer: ``WeakLimitGibbs`` on ``nh.StickyHDPHMM`` with the same dynamics
     family and ``x`` as data), (d) the observation model's conditional update (``R | x, y``, with
     its imputation pass), (e) the observation log likelihood ``sum_t log N(y_t | C x_t + d, R)`` as
@@ -113,6 +119,7 @@ def profile(msg):
     kernel's log joint ``lp`` and data log likelihood that every sweep records, (g) the whole sweep
     with ``y`` an argument of the compiled loop rather than a constant, each
     compiled on its own, ``n`` repetitions in a ``fori_loop``, best of 3."""
+    from numpyro_hdphmm._core.banded import banded_sample
     from numpyro_hdphmm._core.kalman import kalman_sample
 
     n = int(msg.get("n", 20))
@@ -143,7 +150,12 @@ def profile(msg):
     def kal(c):
         key, acc = c
         key, k = jax.random.split(key)
-        xs, _ = kalman_sample(k, x0, A[..., :D], A[..., D], z["y_cov"][modes], C, d, R, y + acc, mask, y.shape[0])
+        r = S["nlags"]
+        if r == 1:
+            xs, _ = kalman_sample(k, x0, A[..., :D], A[..., D], z["y_cov"][modes], C, d, R, y + acc, mask, y.shape[0])
+        else:  # order r: the band Cholesky sampler the sweep runs
+            xs = banded_sample(k, x0, A[..., :D * r], A[..., D * r], z["y_cov"][modes], C, d, R, y + acc, mask,
+                               y.shape[0])
         return key, acc + jnp.sum(xs) * 1e-30
 
     obs = S["observation"]
@@ -171,7 +183,7 @@ def profile(msg):
         best = min(best, time.perf_counter() - t0)
     out = {"sweep_y_argument": best / n,
            "sweep": timed(lambda s: S["kernel"].sample(s, S["args"], S["kwargs"]), st),
-           "kalman": timed(kal, (jax.random.key(1), jnp.zeros((), y.dtype))),
+           "latent": timed(kal, (jax.random.key(1), jnp.zeros((), y.dtype))),
            "obs_update": timed(obs_update, (jax.random.key(3), jnp.zeros((), y.dtype))),
            "obs_loglik": timed(obs_loglik, jnp.zeros((), y.dtype))}
 

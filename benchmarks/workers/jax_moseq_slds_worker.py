@@ -50,7 +50,7 @@ def setup(msg):
     data = {"Y": Y, "y": Y, "mask": jnp.ones((1, T), ftype)}
     trans = {"num_states": int(msg["K"]), "alpha": float(msg["alpha"]), "kappa": float(msg["kappa"]),
              "gamma": float(msg["gamma"])}
-    ar = {"latent_dim": int(msg["D"]), "nlags": 1, "S_0_scale": float(msg["S_0_scale"]),
+    ar = {"latent_dim": int(msg["D"]), "nlags": int(msg.get("nlags", 1)), "S_0_scale": float(msg["S_0_scale"]),
           "K_0_scale": float(msg["K_0_scale"])}
     # nu_s / s_0 only shape the initial draw of the per-frame noise scales s, reset to 1 below
     obs = {"nu_s": 5, "s_0": 1.0, "nu_sigma": 1e5, "sigmasq_0": 1.0}
@@ -94,8 +94,8 @@ def state(msg):
     z = np.asarray(m["states"]["z"][0])
     return {
         "x": np.asarray(m["states"]["x"][0]).tolist(),   # (T, D)
-        "z": z.tolist(),                                 # modes of steps 1..T-1
-        "Ab": np.asarray(m["params"]["Ab"]).tolist(),
+        "z": z.tolist(),                                 # modes of steps r..T-1 (r = nlags)
+        "Ab": np.asarray(m["params"]["Ab"]).tolist(),   # (K, D, D r + 1), lags oldest first
         "Q": np.asarray(m["params"]["Q"]).tolist(),
         "pi": np.asarray(m["params"]["pi"]).tolist(),
         "R": np.asarray(m["params"]["sigmasq"]).tolist(),

@@ -129,6 +129,20 @@ def col_precision_from_centred(K_c, center, order: int):
     return mniw.symmetrize(R @ K_c @ jnp.swapaxes(R, -1, -2))
 
 
+def _prior_to_centred(loc, col_precision, center, order: int, dtype):
+    """``(loc_c, col_precision_c)`` of the prior ``loc (..., D, m)``, ``col_precision (..., m, m)``
+    given in the original coordinates, as the constructor stores them: on concrete values the map
+    runs in float64 (the originals may be ill-conditioned) and the result is cast to ``dtype``."""
+    if is_concrete(loc, col_precision, center):
+        with jax.enable_x64(True):
+            c64 = jnp.asarray(np.asarray(center), jnp.float64)
+            loc64 = coefficients_to_centred(jnp.asarray(np.asarray(loc), jnp.float64), c64, order)
+            prec64 = col_precision_to_centred(jnp.asarray(np.asarray(col_precision), jnp.float64), c64, order)
+            loc, col_precision = np.asarray(loc64), np.asarray(prec64)
+        return jnp.asarray(loc, dtype), jnp.asarray(col_precision, dtype)
+    return coefficients_to_centred(loc, center, order), col_precision_to_centred(col_precision, center, order)
+
+
 class CentredMatrixNormal(dist.Distribution):
     r"""The prior of ``A`` when the family is centred at ``c`` (``A`` in original coordinates).
 
@@ -181,6 +195,7 @@ class AutoRegressive(EmissionFamily):
 
     param_names = ("A", "cov")
     conjugate = True
+    ard_columns = True
     _hyper_names = ("loc", "col_precision", "df", "scale")
 
     def __init__(self, order, loc, col_precision, df, scale, affine: bool = True, center=None):
@@ -189,16 +204,7 @@ class AutoRegressive(EmissionFamily):
         loc, col_precision, df, scale = _checked_hyper(order, affine, loc, col_precision, df, scale)
         center = _checked_center(center, affine, loc.shape[-2], loc.dtype)
         if center is not None:
-            if is_concrete(loc, col_precision, center):  # the map in float64 (the originals may be ill-conditioned)
-                with jax.enable_x64(True):
-                    c64 = jnp.asarray(np.asarray(center), jnp.float64)
-                    loc64 = coefficients_to_centred(jnp.asarray(np.asarray(loc), jnp.float64), c64, order)
-                    prec64 = col_precision_to_centred(jnp.asarray(np.asarray(col_precision), jnp.float64), c64, order)
-                    loc, col_precision = np.asarray(loc64), np.asarray(prec64)
-                loc, col_precision = jnp.asarray(loc, df.dtype), jnp.asarray(col_precision, df.dtype)
-            else:
-                loc = coefficients_to_centred(loc, center, order)
-                col_precision = col_precision_to_centred(col_precision, center, order)
+            loc, col_precision = _prior_to_centred(loc, col_precision, center, order, df.dtype)
         self._set(order, affine, loc, col_precision, df, scale, center)
 
     @classmethod
@@ -274,6 +280,37 @@ class AutoRegressive(EmissionFamily):
         if not self.has_center:
             return self.col_precision_centred
         return col_precision_from_centred(self.col_precision_centred, self.center, self.order)
+
+    def to_centred_col_precision(self, col_precision):
+        """``col_precision (..., m, m)``, a column precision of ``A`` in the original coordinates,
+        as the constructor would store it (:attr:`col_precision_centred`: ``R^{-1} K R^{-T}``, module
+        docstring; in float64 on concrete values, then in the family's dtype).  Unchanged without a
+        ``center``.  Model discovery compares it with :attr:`col_precision_centred` to recognize a
+        diagonal ``col_precision = diag(lambda)`` of a Gamma site (automatic relevance determination,
+        :mod:`numpyro_hdphmm.infer.moves.column_precision`) without forming the ill-conditioned
+        original matrix from the stored one."""
+        dtype = self.df.dtype
+        col_precision = jnp.asarray(col_precision, dtype)
+        if not self.has_center:
+            return col_precision
+        return _prior_to_centred(self.loc, col_precision, self.center, self.order, dtype)[1]
+
+    def column_quadratic_forms(self, params) -> jax.Array:
+        r"""``q (m,)`` with ``q_j = sum_k (a_kj - m_j)^T Sigma_k^{-1} (a_kj - m_j)``: ``a_kj`` the
+        ``j``-th column of ``params["A"] (K, D, m)``, ``Sigma_k = params["cov"] (K, D, D)``, ``m_j``
+        the ``j``-th column of :attr:`loc` (original coordinates; the family a prior, batch shape
+        ``()``).
+
+        With ``col_precision = diag(lambda)`` the matrix-normal prior of the ``K`` states is, as a
+        function of ``lambda``, ``prod_j lambda_j^{K D / 2} exp(-lambda_j q_j / 2)`` (Gupta & Nagar
+        2000, def. 2.2.1: ``tr(Sigma^{-1} (A - M) diag(lambda) (A - M)^T) = sum_j lambda_j (a_j -
+        m_j)^T Sigma^{-1} (a_j - m_j)``, ``log|diag(lambda)|^{D/2} = D/2 sum_j log lambda_j``).  With
+        a ``center`` the stored prior is ``MN(M_c, Sigma, K_c^{-1})`` of ``A_c``, and ``A_c - M_c = (A -
+        M) R``, ``K_c = R^{-1} K R^{-T}``, ``|K_c| = |K|``, so the density is the same function of
+        ``K = diag(lambda)`` in the original coordinates."""
+        E = params["A"] - self.loc  # (K, D, m)
+        W = mniw.whiten(mniw.cholesky(params["cov"]), E)  # Sigma_k^{-1/2} (A_k - M)
+        return jnp.sum(W * W, axis=(0, 1))
 
     def _hyper(self):
         """The prior in the centred coordinates, as :mod:`numpyro_hdphmm._core.mniw` takes it."""

@@ -77,6 +77,14 @@ class EmissionFamily:
     #: prior, :func:`numpyro_hdphmm.emissions.hierarchical_categorical`); kernels then draw the
     #: base exactly
     dirichlet_base: bool = False
+    #: the prior of every state's regression matrix is ``A_k | Sigma_k ~ MN(loc, Sigma_k,
+    #: col_precision^{-1})`` (``A_k (D, m)``), whose column precision a model may write as
+    #: ``diag(lambda)`` of a Gamma site (automatic relevance determination, Fox et al. 2011); the
+    #: family has ``dim`` (``D``), ``num_regressors`` (``m``), ``col_precision_centred``,
+    #: ``to_centred_col_precision`` and ``column_quadratic_forms``; kernels that keep the
+    #: parameters explicit then draw ``lambda`` exactly
+    #: (:mod:`numpyro_hdphmm.infer.moves.column_precision`)
+    ard_columns: bool = False
     #: :meth:`sufficient_statistics` is linear in the weights and :meth:`update_parameters` draws
     #: from the conditional given them alone, so that the weights ``b`` (instead of 1) give the
     #: conditional of the likelihood raised to the power ``b`` (exponential families; replica

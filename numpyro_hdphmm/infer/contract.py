@@ -88,7 +88,10 @@ class Algorithm(Generic[State, Info]):
     Class attributes: ``name`` (the kernel's name in messages), ``model_classes`` (the model
     classes it samples, by kind), ``beta_prior`` (``"gem"``: the infinite model; ``"weak_limit"``:
     the algorithm samples ``Dir(gamma/L)``), ``owns_dp_concentration``
-    (the algorithm updates a DP-mixture emission's concentration site exactly), ``temperable`` (it
+    (the algorithm updates a DP-mixture emission's concentration site exactly),
+    ``owns_column_precision`` (it keeps the emission parameters explicit and draws the ARD column
+    precisions of an autoregressive emission exactly given them,
+    :mod:`numpyro_hdphmm.infer.moves.column_precision`), ``temperable`` (it
     can run under replica exchange, ``tempering=``), ``Info`` (the
     NamedTuple of its per-sweep diagnostics) and ``describe`` (what it does with each site role,
     for the update plan).
@@ -98,6 +101,7 @@ class Algorithm(Generic[State, Info]):
     model_classes: ClassVar[Tuple[str, ...]] = ("hmm",)
     beta_prior: ClassVar[str] = "gem"
     owns_dp_concentration: ClassVar[bool] = True
+    owns_column_precision: ClassVar[bool] = False
     #: its sweep reaches the likelihood only through the emission family's ``log_likelihoods`` and
     #: weighted statistics, so that raising the likelihood to a power tempers it exactly
     #: (``tempering=``, :mod:`numpyro_hdphmm.infer.moves.tempering`)

@@ -739,8 +739,10 @@ def test_geweke_negative_control(monkeypatch):
 
 @pytest.mark.slow
 def test_ard_prior_through_a_user_site():
-    """Fox et al.'s ARD as the user's own site (a precision per column of ``[A_k b_k]``): the inner
-    NUTS kernel updates it; the lag columns, which the data use, get small precisions."""
+    """Fox et al.'s ARD as the user's own site (a precision per column of ``[A_k b_k]``): the kernel
+    draws it from its conjugate Gamma conditional given the dynamics of every mode
+    (``numpyro_hdphmm.infer.moves.column_precision``); the lag columns, which the data use, get
+    small precisions."""
     y, _, _ = synthetic(150, seed=4)
     obs = nh.LinearGaussianObservation(2, D, C=np.eye(2), noise="diagonal", scale=0.02 * np.eye(2))
 
@@ -751,7 +753,8 @@ def test_ard_prior_through_a_user_site():
         nh.sample("y", nh.HDPSLDS(1.0, 1.0, 5.0, dyn, obs, max_states=5), obs=y)
 
     kernel = nh.infer.WeakLimitGibbs(model, split_merge=2)
-    assert kernel.update_plan(y).sites("inner") == ("ard",)
+    plan = kernel.update_plan(y)
+    assert plan.sites("exact") == ("ard",) and plan.sites("inner") == (), str(plan)
     mcmc = MCMC(kernel, num_warmup=100, num_samples=100, progress_bar=False)
     mcmc.run(random.key(0), y)
     ard = np.asarray(mcmc.get_samples()["ard"]).mean(0)

@@ -183,6 +183,7 @@ class Beam(Algorithm):
 
     name = "BeamSampler"
     model_classes = ("hmm", "slds")
+    owns_column_precision = True
     Info = BeamInfo
     describe = {
         "beta": "stick extension, then Dirichlet over (instantiated, rest) given the informative tables (Teh et al. eq. 37)",

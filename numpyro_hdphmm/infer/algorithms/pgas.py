@@ -350,6 +350,7 @@ class ParticleGibbs(Algorithm):
     ``"prior"`` (default, as :class:`PGAS`) or ``"posterior"``."""
 
     name = "PGAS"
+    owns_column_precision = True
     Info = PGASInfo
     describe = {
         "beta": "stick-breaking as particles create states, then Dirichlet over (instantiated, rest) given the informative tables (Teh et al. eq. 37)",

@@ -166,6 +166,7 @@ class WeakLimit(Algorithm):
     model_classes = ("hmm", "hsmm", "slds")
     beta_prior = "weak_limit"
     temperable = True
+    owns_column_precision = True
     Info = WeakLimitInfo
     describe = {
         "beta": "Dirichlet given the informative tables, Dir(gamma/L + mbar) (Fox et al. Alg. 2, eq. 41)",

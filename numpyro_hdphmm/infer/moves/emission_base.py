@@ -8,7 +8,9 @@ sweep, given the states' emission counts and with the emission probabilities int
 :func:`sample_emission_base` draws both exactly (:func:`numpyro_hdphmm._core.crp.sample_shared_base`).
 Kernels that integrate the emissions out (direct assignment, RCD) call it after their sweep;
 kernels that keep them explicit (weak limit, beam, PGAS) call :func:`update_emission_parameters`,
-which draws the base and then the parameters given it, and so does the data-driven start.
+which draws the base and then the parameters given it (and, after them, the ARD column
+precisions of an autoregressive family, :mod:`numpyro_hdphmm.infer.moves.column_precision`),
+and so does the data-driven start (the precisions held fixed).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 from jax import random
 
 from numpyro_hdphmm._core import crp
+from numpyro_hdphmm.infer.moves.column_precision import sample_column_precision
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 
 __all__ = ["emission_with_base", "sample_emission_base", "update_emission_parameters"]
@@ -57,13 +60,21 @@ def sample_emission_base(rng_key, spec: ModelSpec, view: ModelView, stats):
 
 def update_emission_parameters(rng_key, spec: ModelSpec, view: ModelView, emission, x, weights, params):
     """The emission step of a kernel that keeps the parameters explicit: ``(params, sigma,
-    {site: phi})``.  With a shared emission base, ``phi`` is drawn first with the parameters
+    {site: value})``.  With a shared emission base, ``phi`` is drawn first with the parameters
     integrated out, then the parameters given it (one blocked draw of both given the states);
-    otherwise :meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.update_parameters` alone.
+    otherwise :meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.update_parameters` alone.  With
+    ARD column precisions of an autoregressive family
+    (:attr:`~numpyro_hdphmm.infer.plumbing.discovery.HyperSites.column_precision`, and
+    ``view.column_precision_prior`` set: ``None`` holds them fixed), ``lambda`` is then drawn
+    given the new parameters of all ``K`` slots
+    (:func:`~numpyro_hdphmm.infer.moves.column_precision.sample_column_precision`).
     ``x`` time-flattened, ``weights (steps, K)``."""
     shared = {}
     if spec.hyper.emission_base is not None:
         emission, shared = sample_emission_base(random.fold_in(rng_key, 1), spec, view._replace(emission=emission),
                                                 emission.sufficient_statistics(x, weights))
     params, sigma = emission.update_parameters(rng_key, x, weights, params, view.dp_concentration_prior)
+    if spec.hyper.column_precision is not None and view.column_precision_prior is not None:
+        shared = {**shared, spec.hyper.column_precision: sample_column_precision(
+            random.fold_in(rng_key, 2), emission, params, view.column_precision_prior)}
     return params, sigma, shared

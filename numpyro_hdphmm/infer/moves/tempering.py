@@ -219,6 +219,7 @@ class Tempered(Algorithm):
         self.model_classes = ("hmm",)
         self.beta_prior = base.beta_prior
         self.owns_dp_concentration = base.owns_dp_concentration
+        self.owns_column_precision = base.owns_column_precision
         self.sharding = base.sharding
         swaps = (f"; in each of {self.num_replicas} rungs at inverse temperatures from 0 to 1, with non-reversible "
                  "swaps between neighbours (replica exchange; the draws are the untempered rung's)")
@@ -239,6 +240,11 @@ class Tempered(Algorithm):
             raise NotImplementedError(
                 f"{self.name}(tempering=...): replica exchange is implemented for the HDP-HMM model class; the "
                 f"'{spec.sites.kind}' model of '{spec.sites.name}' runs without it (tempering=None).")
+        if spec.hyper.column_precision is not None:
+            raise NotImplementedError(
+                f"{self.name}(tempering=...): site '{spec.hyper.column_precision}' holds ARD column precisions of the "
+                "autoregressive emission; the rungs share one view of the emission family, so a rung's own precisions "
+                "would not enter its sweep. Give them fixed values (numpyro.handlers.condition) or use tempering=None.")
         if spec.inner_sites:
             raise NotImplementedError(
                 f"{self.name}(tempering=...): the sites {list(spec.inner_sites)} are updated by the inner kernel, whose "

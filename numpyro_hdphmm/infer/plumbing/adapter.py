@@ -295,7 +295,8 @@ class HDPKernel(MCMCKernel):
         name = type(self).__name__
         spec = discover(conditioned(self.model), model_args, model_kwargs, kernel=name,
                         exact_hyperparameters=self._exact_hyper, own_dp_concentration=self.algorithm.owns_dp_concentration,
-                        describe=self.algorithm.describe, hyperparameters=self._hyperparameters)
+                        describe=self.algorithm.describe, hyperparameters=self._hyperparameters,
+                        own_column_precision=self.algorithm.owns_column_precision)
         self.algorithm.check(spec)
         reporting.check_capacity(spec.capacity, name)
         self._spec, self._spec_key = spec, key

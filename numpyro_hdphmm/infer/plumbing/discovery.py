@@ -11,9 +11,11 @@ at a fixed point of its support, :func:`discovery_trace`) and returns an immutab
   (:mod:`numpyro_hdphmm._core.crp`): ``gamma``, ``alpha``, ``kappa`` with Gamma priors, or
   ``c = alpha + kappa`` with a Gamma prior and ``rho = kappa / c`` with a Beta prior, and the
   concentration of a DP-mixture emission, each a scalar sample site whose value is that quantity
-  and which feeds nothing else.  Recognition is numerical (the model is evaluated at probe values
-  of the candidate sites), so any way of writing the model works; a probe that fails is reported
-  in the plan, never swallowed;
+  and which feeds nothing else; the shared base of a categorical emission and its scale; the ARD
+  column precisions of an autoregressive emission (a Gamma site whose value is the diagonal of its
+  ``col_precision``, :mod:`numpyro_hdphmm.infer.moves.column_precision`).  Recognition is
+  numerical (the model is evaluated at probe values of the candidate sites), so any way of writing
+  the model works; a probe that fails is reported in the plan, never swallowed;
 * the update plan (:class:`UpdatePlan`): for every latent site, whether the algorithm owns it,
   it gets an exact auxiliary-variable update, or the inner kernel (NUTS by default) updates it,
   and why.
@@ -105,7 +107,10 @@ class HyperSites(NamedTuple):
     concentration of a DP-mixture emission; ``emission_base``: a Dirichlet site ``phi`` whose value
     times a scalar is the concentration of a categorical emission (the shared base of a two-level
     emission prior, :func:`numpyro_hdphmm.emissions.hierarchical_categorical`); ``emission_scale``:
-    with it, a Gamma-prior site whose value is that scalar."""
+    with it, a Gamma-prior site whose value is that scalar; ``column_precision``: a Gamma-prior
+    site of shape ``(m,)`` (or ``()``) whose value is the diagonal of an autoregressive emission's
+    ``col_precision = diag(lambda)`` (or ``lambda I``) in the original coordinates: Fox et al.'s
+    (2011) automatic relevance determination (:mod:`numpyro_hdphmm.infer.moves.column_precision`)."""
 
     gamma: Optional[str] = None
     alpha: Optional[str] = None
@@ -115,6 +120,7 @@ class HyperSites(NamedTuple):
     dp_concentration: Optional[str] = None
     emission_base: Optional[str] = None
     emission_scale: Optional[str] = None
+    column_precision: Optional[str] = None
 
     @property
     def sites(self) -> Tuple[str, ...]:
@@ -200,6 +206,8 @@ class ModelView(NamedTuple):
     updates (``priors``; ``dp_concentration_prior``: ``(shape, rate)`` or ``None``;
     ``emission_base_prior``: the ``(C,)`` Dirichlet concentration of the shared emission base, or
     ``None``; ``emission_scale_prior``: ``(shape, rate)`` of its scale's Gamma prior, or ``None``;
+    ``column_precision_prior``: ``(shape, rate)`` of the ARD column precisions' Gamma prior, each
+    of the site's shape ``(m,)`` or ``()``, or ``None`` (also: held fixed);
     ``states_law``: the law of the states site)."""
 
     hyper: Concentrations
@@ -215,6 +223,7 @@ class ModelView(NamedTuple):
     #: a model class whose data the discrete layer does not see directly (the HDP-SLDS): the
     #: observed site's family and data, :class:`ObservedData`; ``None`` otherwise
     observed: object = None
+    column_precision_prior: Optional[Tuple] = None
 
 
 class ObservedData(NamedTuple):
@@ -690,6 +699,107 @@ def _recognize_emission_base(model, sites: LatentSites, trace, latent, model_arg
     return base, None, reasons
 
 
+def _column_precision_probe(model, sites: LatentSites, model_args, model_kwargs, values, probed):
+    """``(emission family, the arguments of every other site)`` at ``values``; left out: the
+    ``probed`` sites, the emission parameter sites (whose prior the column precision sets) and
+    the emission family of the layer site (its states, parameters and lengths stay in)."""
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
+    layer_fn = tr[sites.layer_site]["fn"]
+    skip = {*probed, *sites.param_sites}
+    others = []
+    for name, entry in tr.items():
+        if entry["type"] != "sample" or name in skip:
+            continue
+        fn = entry["fn"]
+        others.extend(jax.tree_util.tree_leaves((fn.params, fn.states, fn.lengths) if name == sites.layer_site else fn))
+    return layer_fn.emission, others
+
+
+def _moved(value, fn):
+    """``value`` moved inside the support of ``fn`` (``+0.5`` on the unconstrained scale); ``None``
+    for a discrete support."""
+    support = fn.support
+    if support.is_discrete:
+        return None
+    transform = biject_to(support)
+    return transform(transform.inv(jnp.asarray(value)) + 0.5)
+
+
+def _recognize_column_precision(model, sites: LatentSites, trace, latent, model_args, model_kwargs, emission, taken):
+    """``(site or None, {site: reason})``: Fox et al.'s ARD column precisions of an autoregressive
+    emission (a family with the :attr:`~numpyro_hdphmm.emissions.base.EmissionFamily.ard_columns`
+    capability, batch shape ``()``, ``A_k (D, m)``).
+
+    A latent site with a Gamma prior (``concentration`` and ``rate`` fixed: unchanged when every
+    other latent site of the user's model moves), of shape ``(m,)`` (a precision per column:
+    event or batch shape) or ``()`` (one for every column), whose value ``lambda`` at two probes
+    gives ``col_precision = diag(lambda)`` (``lambda I``) in the original coordinates (compared,
+    as the family stores it, in its centred coordinates:
+    ``to_centred_col_precision(diag(lambda)) == col_precision_centred``), and which feeds nothing
+    else: the family's other hyperparameters (its pytree leaves but ``col_precision_centred``) and
+    the arguments of every other site (but the emission parameters') unchanged between the probes."""
+    if not getattr(emission, "ard_columns", False) or emission.batch_shape != ():
+        return None, {}
+    m = emission.num_regressors
+    owned = set(sites.owned) | set(taken)
+    rng = np.random.default_rng(24680)
+    fixed = {s: trace[s]["value"] for s in latent}
+    dtype = jnp.result_type(float)
+    reasons = {}
+    for s in latent:
+        fn = unwrap(trace[s]["fn"])
+        shape = tuple(trace[s]["fn"].shape())
+        if s in owned or not isinstance(fn, dist.Gamma) or shape not in ((m,), ()):
+            continue
+        if not (_is_constant(fn.concentration) and _is_constant(fn.rate)):
+            reasons[s] = "a Gamma prior whose parameters depend on other sites (the exact update needs a fixed prior)"
+            continue
+        try:
+            moved = {o: _moved(fixed[o], trace[o]["fn"]) for o in latent if o != s and o not in sites.owned}
+            moved = {o: v for o, v in moved.items() if v is not None}
+            if moved:
+                tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data={**fixed, **moved})).get_trace(
+                    *model_args, **model_kwargs)
+                other = unwrap(tr[s]["fn"])
+                if not (isinstance(other, dist.Gamma) and _close(other.concentration, fn.concentration)
+                        and _close(other.rate, fn.rate)):
+                    reasons[s] = ("a Gamma prior whose parameters depend on other sites (the exact update needs a "
+                                  "fixed prior)")
+                    continue
+            values = [jnp.asarray(rng.gamma(2.0, 1.0, shape) + 0.1, dtype) for _ in range(2)]
+            results = [_column_precision_probe(model, sites, model_args, model_kwargs, {**fixed, s: v}, (s,))
+                       for v in values]
+        except Exception as err:  # reported: the plan says why the site goes to the inner kernel
+            reasons[s] = f"recognition probe failed ({type(err).__name__}: {err})"
+            continue
+        families = [f for f, _ in results]
+        leaves = [jax.tree_util.tree_leaves(f) for f in families] + [o for _, o in results]
+        if not all(_is_constant(x) for group in leaves for x in group):
+            reasons[s] = "the emission's column precision depends on the data or on traced values at the probes"
+            continue
+        if not all(getattr(f, "ard_columns", False) and f.batch_shape == () for f in families):
+            continue
+        expected = [f.to_centred_col_precision(jnp.diag(v) if v.ndim else v * jnp.eye(m, dtype=dtype))
+                    for f, v in zip(families, values)]
+        if not all(_close(f.col_precision_centred, e) for f, e in zip(families, expected)):
+            if not _close(families[0].col_precision_centred, families[1].col_precision_centred):
+                reasons[s] = ("a Gamma site that enters the autoregressive emission's col_precision, but not as its "
+                              "diagonal (the exact ARD update needs col_precision = diag(lambda), a precision per "
+                              f"column of shape ({m},), or lambda I; other forms go to the inner kernel)")
+            continue
+        # the family's other hyperparameters: its leaves but the column precision itself
+        rest = [[x for x in jax.tree_util.tree_leaves(f) if x is not f.col_precision_centred] for f in families]
+        same_family = len(rest[0]) == len(rest[1]) and all(
+            np.shape(x) == np.shape(y) and _close(x, y) for x, y in zip(*rest))
+        (_, oa), (_, ob) = results
+        same_others = len(oa) == len(ob) and all(np.shape(x) == np.shape(y) and _close(x, y) for x, y in zip(oa, ob))
+        if same_family and same_others:
+            return s, reasons
+        reasons[s] = ("the ARD column precisions of the autoregressive emission, but it also enters other sites or "
+                      "the emission's other hyperparameters (the exact update needs it to feed nothing else)")
+    return None, reasons
+
+
 _EXACT_REASONS = {
     "gamma": "gamma: Escobar-West auxiliary variables given the informative tables (Fox et al. eqs. 54-56)",
     "alpha": "alpha: Beta auxiliaries of the restaurants given the tables (Fox et al. App. III, independent Gamma priors)",
@@ -701,7 +811,16 @@ _EXACT_REASONS = {
                      "the emission probabilities integrated out (Teh et al. 2006 Sec. 5)",
     "emission_scale": "scale of the shared emission base: Beta auxiliaries given the tables of the states' emission "
                       "restaurants (Teh et al. 2006 App. A)",
+    "column_precision": "ARD column precisions of A: conjugate Gamma(a + K D / 2, b + 1/2 sum_k (a_kj - m_j)^T "
+                        "Sigma_k^-1 (a_kj - m_j)) per column j (one precision for all m columns: a + K D m / 2 and "
+                        "the sum over j too) given A, Sigma of all K slots (Fox et al. 2011, ARD)",
 }
+
+#: why a kernel that integrates the emission parameters out leaves the ARD site to its inner kernel
+_COLUMN_PRECISION_NOT_OWNED = (
+    "the ARD column precisions of the autoregressive emission, but this kernel integrates A out in its sweep and "
+    "draws A, Sigma for the record only, so it has no conjugate step for them; updated given the rest (the "
+    "recorded A, Sigma)")
 
 _COLLAPSED_REASONS = {
     "gamma": "gamma: slice sampling of log gamma given the informative tables, beta integrated out",
@@ -757,7 +876,8 @@ def _check_inner_supports(model, sites: LatentSites, trace, latent, inner_sites,
 
 def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM kernel",
              exact_hyperparameters: bool = True, own_dp_concentration: bool = True,
-             describe: Optional[Dict[str, str]] = None, hyperparameters: str = "collapsed") -> ModelSpec:
+             describe: Optional[Dict[str, str]] = None, hyperparameters: str = "collapsed",
+             own_column_precision: bool = False) -> ModelSpec:
     """Trace ``model`` once on concrete values (:func:`discovery_trace`) and return its
     :class:`ModelSpec`.
 
@@ -768,7 +888,10 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
     a DP-mixture emission's concentration site exactly; ``describe``: what the algorithm does with
     each of its sites, by role (``"beta"``, ``"trans"``, ``"states"``, ``"params"``), for the plan;
     ``hyperparameters``: ``"auxiliary"`` (Fox et al.'s auxiliary variables) or ``"collapsed"``
-    (slice sampling of the collapsed conditionals) for the recognized concentrations.
+    (slice sampling of the collapsed conditionals) for the recognized concentrations;
+    ``own_column_precision``: the algorithm draws the ARD column precisions of an autoregressive
+    emission exactly (it keeps the emission parameters explicit; otherwise a recognized site goes
+    to the inner kernel, the plan says why).
     Runs eagerly on concrete values (also when called while a caller traces, e.g. under ``pmap``).
     """
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
@@ -792,6 +915,14 @@ def discover(model, model_args=(), model_kwargs=None, *, kernel: str = "HDP-HMM 
             reasons.update(base_reasons)
             for s in (base_site, scale_site):
                 reasons.pop(s, None)
+            ard_site, ard_reasons = _recognize_column_precision(model, sites, trace, latent, model_args, model_kwargs,
+                                                                emission, hyper.sites)
+            reasons.update(ard_reasons)
+            if ard_site is not None and own_column_precision:
+                hyper = hyper._replace(column_precision=ard_site)
+                reasons.pop(ard_site, None)
+            elif ard_site is not None:
+                reasons[ard_site] = _COLUMN_PRECISION_NOT_OWNED
         else:
             hyper, reasons = HyperSites(), {}
         owned = set(sites.owned)
@@ -875,4 +1006,14 @@ def model_view(model, spec: ModelSpec, model_args, model_kwargs, values) -> Mode
         emission_scale_prior=prior(hyper_sites.emission_scale),
         states_law=unwrap(tr[sites.states]["fn"]),
         observed=observed,
+        column_precision_prior=(None if hyper_sites.column_precision is None
+                                else _site_prior(tr[hyper_sites.column_precision])),
     )
+
+
+def _site_prior(site):
+    """``(concentration, rate)`` of a Gamma site's prior, each broadcast to the site's shape."""
+    fn = unwrap(site["fn"])
+    shape = tuple(site["fn"].shape())
+    dtype = jnp.result_type(site["value"], float)
+    return tuple(jnp.broadcast_to(jnp.asarray(p, dtype), shape) for p in (fn.concentration, fn.rate))

@@ -307,7 +307,8 @@ def states_given(rng_key, spec, view, start, *, given_params: bool = False, give
         weights = state_weights(states, data.valid, capacity, dtype=dtype).reshape(-1, capacity)
         x_flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), data.x)
         base_spec = spec if not given_base else spec._replace(hyper=spec.hyper._replace(emission_base=None))
-        fixed = view._replace(emission_scale_prior=None, dp_concentration_prior=None)  # concentrations held fixed
+        # concentrations and ARD column precisions held fixed
+        fixed = view._replace(emission_scale_prior=None, dp_concentration_prior=None, column_precision_prior=None)
         params, _, shared = update_emission_parameters(k_theta, base_spec, fixed,
                                                        view.emission, x_flat, weights, params)
         params = {k: jnp.asarray(v, start.params[k].dtype) for k, v in params.items()}

@@ -607,12 +607,12 @@ def _recognize(model, sites: LatentSites, trace, latent, model_args, model_kwarg
     return hyper, reasons
 
 
-def _emission_base_probe(model, sites: LatentSites, model_args, model_kwargs, values, probed):
-    """``(concentration of the categorical emission, the arguments of every other site)`` at
-    ``values``; left out: the ``probed`` sites, the emission parameter sites (whose prior is the
-    concentration) and the emission family of the observed site."""
+def _emission_probe(model, sites: LatentSites, model_args, model_kwargs, values, probed):
+    """``(the emission family of the layer site, the arguments of every other site)`` at
+    ``values``; left out: the ``probed`` sites, the emission parameter sites (whose prior the
+    probed quantity sets) and the layer site's emission family (its states, parameters and
+    lengths stay in).  Shared by the recognizers of the emission's hyperparameter sites."""
     tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
-    obs_fn = tr[sites.layer_site]["fn"]
     skip = {*probed, *sites.param_sites}
     others = []
     for name, entry in tr.items():
@@ -620,7 +620,7 @@ def _emission_base_probe(model, sites: LatentSites, model_args, model_kwargs, va
             continue
         fn = entry["fn"]
         others.extend(jax.tree_util.tree_leaves((fn.params, fn.states, fn.lengths) if name == sites.layer_site else fn))
-    return obs_fn.emission.concentration, others
+    return tr[sites.layer_site]["fn"].emission, others
 
 
 def _recognize_emission_base(model, sites: LatentSites, trace, latent, model_args, model_kwargs, emission, taken):
@@ -644,9 +644,10 @@ def _recognize_emission_base(model, sites: LatentSites, trace, latent, model_arg
         """``(concentrations, other arguments)`` at each value of ``site`` (and the values
         ``also`` of other sites), or a reason."""
         try:
-            results = [_emission_base_probe(model, sites, model_args, model_kwargs, {**fixed, **(also or {}), site: v},
-                                            (site, *(also or {})))
-                       for v in values]
+            probes = [_emission_probe(model, sites, model_args, model_kwargs, {**fixed, **(also or {}), site: v},
+                                      (site, *(also or {})))
+                      for v in values]
+            results = [(family.concentration, others) for family, others in probes]
         except Exception as err:  # reported: the plan says why the site goes to the inner kernel
             return f"recognition probe failed ({type(err).__name__}: {err})"
         if not all(_is_constant(c) and all(_is_constant(x) for x in o) for c, o in results):
@@ -697,22 +698,6 @@ def _recognize_emission_base(model, sites: LatentSites, trace, latent, model_arg
                 return base, s, reasons
             reasons[s] = "the scale of the shared emission base, but it also enters other sites"
     return base, None, reasons
-
-
-def _column_precision_probe(model, sites: LatentSites, model_args, model_kwargs, values, probed):
-    """``(emission family, the arguments of every other site)`` at ``values``; left out: the
-    ``probed`` sites, the emission parameter sites (whose prior the column precision sets) and
-    the emission family of the layer site (its states, parameters and lengths stay in)."""
-    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(*model_args, **model_kwargs)
-    layer_fn = tr[sites.layer_site]["fn"]
-    skip = {*probed, *sites.param_sites}
-    others = []
-    for name, entry in tr.items():
-        if entry["type"] != "sample" or name in skip:
-            continue
-        fn = entry["fn"]
-        others.extend(jax.tree_util.tree_leaves((fn.params, fn.states, fn.lengths) if name == sites.layer_site else fn))
-    return layer_fn.emission, others
 
 
 def _moved(value, fn):
@@ -767,7 +752,7 @@ def _recognize_column_precision(model, sites: LatentSites, trace, latent, model_
                                   "fixed prior)")
                     continue
             values = [jnp.asarray(rng.gamma(2.0, 1.0, shape) + 0.1, dtype) for _ in range(2)]
-            results = [_column_precision_probe(model, sites, model_args, model_kwargs, {**fixed, s: v}, (s,))
+            results = [_emission_probe(model, sites, model_args, model_kwargs, {**fixed, s: v}, (s,))
                        for v in values]
         except Exception as err:  # reported: the plan says why the site goes to the inner kernel
             reasons[s] = f"recognition probe failed ({type(err).__name__}: {err})"

@@ -10,6 +10,7 @@ import pickle
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
@@ -193,3 +194,89 @@ def test_log_evidence_refuses_untempered_runs():
     f["inverse_temperatures"][0, 1] = 0.4
     with pytest.raises(ValueError, match="post-warmup"):
         nh.log_evidence(f)
+
+
+# --------------------------------------------------------------------------- concentrations per rung
+ALPHA_PRIOR = (2.0, 1.0)  # alpha ~ Gamma(2, 1) (rate): the site with an exact update
+
+
+def alpha_model(y):
+    alpha = numpyro.sample("alpha", dist.Gamma(*ALPHA_PRIOR))
+    hmm = nh.StickyHDPHMM(GAMMA, alpha, KAPPA, nh.emissions.Categorical(C, 1.0), max_states=L)
+    nh.sample("y", hmm, obs=y)
+
+
+def _exact_with_alpha_prior(num_nodes=40):
+    """``p(partition | y)`` and ``E[alpha | y]`` with ``alpha`` integrated out: generalized
+    Gauss-Laguerre quadrature of ``int p(y, partition | alpha) Gamma(alpha | 2, 1) d alpha``."""
+    from scipy.special import gammaln, roots_genlaguerre
+
+    from _checks import _weak_limit_log_joints
+
+    a, b = ALPHA_PRIOR
+    nodes, weights = roots_genlaguerre(num_nodes, a - 1.0)  # int x^(a-1) e^(-x) f(x) dx, x = b alpha
+    log_w = np.log(weights) - gammaln(a)
+    joints = [_weak_limit_log_joints([list(Y)], L, GAMMA, x / b, KAPPA, C, 1.0) for x in nodes]
+    keys = list(joints[0])
+    logs = np.array([[j[k] for k in keys] for j in joints]) + log_w[:, None]  # (nodes, partitions)
+    total = np.logaddexp.reduce(logs.ravel())
+    probs = np.exp(np.logaddexp.reduce(logs, axis=0) - total)
+    mean_alpha = float(np.sum(np.exp(logs - total) * (nodes / b)[:, None]))
+    return dict(zip(keys, probs)), mean_alpha
+
+
+def _tempered_final(num_chains=2000, num_warmup=30):
+    mcmc = MCMC(nh.infer.WeakLimitGibbs(alpha_model, tempering=4), num_warmup=num_warmup, num_samples=1,
+                num_chains=num_chains, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(3), Y)
+    s = mcmc.get_samples()
+    return np.asarray(s["y_states"]).reshape(num_chains, -1), np.asarray(s["alpha"]).ravel()
+
+
+def test_every_rung_sweeps_with_its_own_concentrations(monkeypatch):
+    """Each rung's sweep sees the concentrations of its own state (a rung samples ``p(x) p(y | x)^b``
+    with ``x`` its own concentrations too), not the untempered rung's that the view holds: the
+    ``alpha`` each rung's sweep receives, recorded, is its own; the old wiring (the view's on every
+    rung), built here, fails the same check."""
+    kernel = nh.infer.WeakLimitGibbs(alpha_model, tempering=3)
+    state = kernel.init(jax.random.key(0), 0, None, (Y,), {})
+    algo, inner = kernel.algorithm, state.algorithm
+    alphas = [0.5, 1.5, 4.0]
+    replicas = inner.replicas._replace(hyper={**inner.replicas.hyper, "alpha": jnp.asarray(alphas)})
+    inner = inner._replace(replicas=replicas)
+    spec, view = kernel._spec, kernel._view((Y,), {}, state.z)
+    seen = []
+    base_step = algo.base.step
+
+    def spy(key, replica, spec, view):
+        jax.debug.callback(lambda a: seen.append(float(a)), view.hyper.alpha)
+        return base_step(key, replica, spec, view)
+
+    monkeypatch.setattr(algo.base, "step", spy)
+
+    def received():
+        seen.clear()
+        jax.block_until_ready(algo.step(jax.random.key(1), inner, spec, view))
+        jax.effects_barrier()
+        return sorted(seen)
+
+    np.testing.assert_allclose(received(), alphas, rtol=1e-6)
+    monkeypatch.setattr(tempering, "concentrations_of_sites", lambda spec, values, current: current)
+    old = received()
+    assert not np.allclose(np.resize(old, 3), alphas), old
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_tempered_rungs_with_a_concentration_prior_match_the_exact_posterior():
+    """With ``alpha ~ Gamma(2, 1)`` (an exact update) the untempered rung's partitions and ``alpha``
+    match the exact posterior, ``alpha`` integrated out by quadrature (the wiring that gives each
+    rung its own concentrations: :func:`test_every_rung_sweeps_with_its_own_concentrations`)."""
+    from _checks import empirical_tv, tv_bound
+
+    exact, mean_alpha = _exact_with_alpha_prior()
+    states, alpha = _tempered_final()
+    tv, bound = empirical_tv(exact, states), tv_bound(exact.values(), len(states))
+    z = (alpha.mean() - mean_alpha) / (alpha.std() / np.sqrt(len(alpha)))
+    print(f"tempered, alpha with a prior: TV {tv:.4f} (bound {bound:.4f}), alpha z {z:.2f} (exact E {mean_alpha:.3f})")
+    assert tv < bound and abs(z) < 4.0

@@ -29,7 +29,7 @@ from numpyro_hdphmm.infer.contract import Explicit, flatten_time
 from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 
-__all__ = ["hyper_site_values", "explicit_given_states"]
+__all__ = ["hyper_site_values", "concentrations_of_sites", "explicit_given_states"]
 
 
 def hyper_site_values(spec: ModelSpec, hyper: crp.Concentrations, sigma=None) -> Dict[str, jax.Array]:
@@ -43,6 +43,24 @@ def hyper_site_values(spec: ModelSpec, hyper: crp.Concentrations, sigma=None) ->
         if site is not None:
             values[site] = jnp.asarray(value, jnp.result_type(float))
     return values
+
+
+def concentrations_of_sites(spec: ModelSpec, values: Dict[str, jax.Array], current: crp.Concentrations
+                            ) -> crp.Concentrations:
+    """The inverse of :func:`hyper_site_values`: the concentrations ``(gamma, alpha, kappa)`` at the
+    values ``{site: value}`` of the sites with exact updates (``alpha = c (1 - rho)``, ``kappa = c
+    rho`` from the pair ``c = alpha + kappa``, ``rho = kappa / (alpha + kappa)``); a concentration
+    without such a site keeps its value in ``current`` (fixed, or set by the inner kernel's sites)."""
+    sites = spec.hyper
+
+    def value(site, default):
+        return jnp.asarray(values[site], jnp.result_type(default)) if site is not None else default
+
+    gamma = value(sites.gamma, current.gamma)
+    if sites.c is not None and sites.rho is not None:
+        c, rho = value(sites.c, current.alpha), value(sites.rho, current.kappa)
+        return crp.Concentrations(gamma, c * (1.0 - rho), c * rho)
+    return crp.Concentrations(gamma, value(sites.alpha, current.alpha), value(sites.kappa, current.kappa))
 
 
 def explicit_given_states(k_theta, k_global, spec: ModelSpec, view: ModelView, states, beta, params, *,

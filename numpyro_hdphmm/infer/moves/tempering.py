@@ -62,6 +62,7 @@ from jax import random
 
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
+from numpyro_hdphmm.infer.moves.global_step import concentrations_of_sites
 
 __all__ = ["Tempered", "TemperedState", "PoweredLikelihood", "initial_ladder", "adapted_ladder", "swap_log_ratio",
            "emission_log_likelihood", "FIRST_ROUND"]
@@ -286,7 +287,10 @@ class Tempered(Algorithm):
         ladder = state.inverse_temperatures
 
         def sweep(key, replica, power):
-            tempered = view._replace(emission=PoweredLikelihood(view.emission, power))
+            # each rung's own concentrations (the view holds the untempered rung's, read from the model's sites)
+            own = self.base.explicit(random.fold_in(key, 2), replica, spec, view)
+            tempered = view._replace(emission=PoweredLikelihood(view.emission, power),
+                                     hyper=concentrations_of_sites(spec, own.hyper, view.hyper))
             replica, info = self.base.step(key, replica, spec, tempered)
             explicit = self.base.explicit(random.fold_in(key, 1), replica, spec, tempered)
             return replica, info, emission_log_likelihood(view.emission, view.data, explicit.states, explicit.params)

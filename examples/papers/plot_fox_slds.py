@@ -1,0 +1,257 @@
+"""
+Fox et al. 2011, synthetic SLDS: HDP-SLDS vs HDP-AR-HMM vs the finite SLDS, with and without ARD
+=================================================================================================
+
+Fox, Sudderth, Jordan & Willsky, "Bayesian Nonparametric Inference of Switching Dynamic Linear
+Models", IEEE Trans. Signal Processing 59(4), 2011 (arXiv:1003.3829), synthetic experiments.
+
+**Paper's protocol** (what we could establish).  Data simulated from switching linear models;
+the HDP-SLDS, HDP-AR-HMMs of the observations and baselines are each run by the blocked Gibbs
+sampler from many initializations, and the figure plots the 10th, 50th and 90th percentiles of
+the normalized Hamming distance between the sampled and the true mode sequences against the Gibbs
+iteration.  The paper's automatic relevance determination (ARD) puts a Gamma-distributed
+precision on each column of every mode's dynamics matrix, so that unused state dimensions (or
+unused AR lags) are switched off.  The stored copies of the paper that we could reach for this
+page give the abstract only, not the text of the experiments section, so **the data-generating
+settings, priors, numbers of chains and sweeps below are our choices**, not the paper's; where a
+value comes from the authors' public MATLAB toolbox (its demo script) we say so.
+
+**Here.**
+
+* Data (our choice): a 3-mode SLDS with a 2-D latent state, modes from a sticky Markov chain
+  (self-transition 0.98), each mode a damped rotation (radius 0.97, angles 0.25, -0.15, 0.05 rad
+  per step) with its own drift, dynamics noise s.d. 0.1, observed directly (``C = I``) with noise
+  s.d. 0.25: the observation noise dominates the increments of ``y``, the regime in which the
+  paper argues for the SLDS over an AR model of the observations.  ``T = 300``.
+* Models: (a) the HDP-SLDS (:class:`numpyro_hdphmm.HDPSLDS`, capacity 10, ``C = I`` fixed,
+  diagonal ``R`` with an inverse-gamma prior); (b) the HDP-AR(2)-HMM of the observations
+  (``StickyHDPHMM`` with ``AutoRegressive(2, ...)``, capacity 10); (c) the SLDS with the true
+  number of modes (capacity 3: under the weak limit ``beta ~ Dir(gamma / 3)``).  Each with the
+  same matrix-normal inverse-Wishart dynamics prior, column precision ``I`` (no ARD) or
+  ``diag(ard)`` with ``ard_j ~ Gamma(1, 1)`` (ARD; the prior mean of the precisions is the fixed
+  value of the no-ARD model).  ``gamma = alpha = 1``, ``kappa = 20`` fixed (Fox et al. give them
+  Gamma hyperpriors; fixing them keeps the six compiled samplers within this page's time budget).
+* Sampler: :class:`~numpyro_hdphmm.infer.WeakLimitGibbs`, Fox et al.'s blocked Gibbs sampler
+  (modes by FFBS given the latent path, the latent path by a Kalman filter and backward sampler),
+  plus two split-merge moves per sweep (``split_merge=2``), which the paper's sampler does not
+  have.  The ARD precisions are updated by the kernel (by the inner NUTS kernel, or by an exact
+  Gamma update where the installed version has one).
+* Chains and sweeps (our choice, far fewer than the paper's): 4 chains of 150 sweeps per model,
+  vectorized, every sweep kept; the median and the 10th-90th percentile band over the chains.
+
+Differences to keep in mind: our ARD precisions multiply the inverse-Wishart noise (a matrix-normal
+column precision, conjugate with the MNIW update) and are shared by the modes (the package's
+dynamics prior has no per-mode hyperparameters); Fox et al.'s ARD precisions are per mode.
+"""
+
+import os
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer import MCMC
+
+import numpyro_hdphmm as nh
+
+QUICK = os.environ.get("NH_DOCS_QUICK") == "1"  # few sweeps for the CI build of the docs
+NUM_CHAINS, NUM_SWEEPS, SPLIT_MERGE = (2, 4, 0) if QUICK else (4, 150, 2)
+start_time = time.perf_counter()
+
+# %%
+# Data: a 3-mode SLDS observed through noise
+# ------------------------------------------
+
+rng = np.random.default_rng(0)
+T, K_TRUE, D = 300, 3, 2
+stay = 0.98
+transition = np.full((K_TRUE, K_TRUE), (1 - stay) / (K_TRUE - 1))
+np.fill_diagonal(transition, stay)
+truth = np.zeros(T, dtype=int)
+for t in range(1, T):
+    truth[t] = rng.choice(K_TRUE, p=transition[truth[t - 1]])
+angles = np.array([0.25, -0.15, 0.05])
+drifts = np.array([[0.2, 0.0], [-0.2, 0.1], [0.0, -0.2]])
+x = np.zeros((T, D))
+for t in range(1, T):
+    a = angles[truth[t]]
+    A = 0.97 * np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+    x[t] = A @ x[t - 1] + drifts[truth[t]] + 0.1 * rng.standard_normal(D)
+y = x + 0.25 * rng.standard_normal((T, D))
+print("true mode occupancy:", np.bincount(truth, minlength=K_TRUE), " switches:", int(np.sum(np.diff(truth) != 0)))
+
+# %%
+# The six models
+# --------------
+# One dynamics prior per family; with ARD its column precision is the user site ``ard``.
+
+GAMMA, ALPHA, KAPPA = 1.0, 1.0, 20.0
+ARD_A, ARD_B = 1.0, 1.0
+observation = nh.LinearGaussianObservation(D, D, C=np.eye(D), noise="diagonal", scale=0.1 * np.eye(D))
+ar_scale = 0.75 * np.cov(np.diff(y, axis=0).T)  # AR-HMM innovations: from the data's increments
+
+
+def dynamics(order, scale, ard):
+    m = D * order + 1  # lag columns and the intercept
+    if ard:
+        precisions = numpyro.sample("ard", dist.Gamma(ARD_A, ARD_B).expand([m]).to_event(1))
+        col_precision = jnp.diag(precisions)
+    else:
+        col_precision = jnp.eye(m)
+    return nh.emissions.AutoRegressive(order, loc=jnp.zeros((D, m)), col_precision=col_precision, df=D + 2.0,
+                                       scale=scale)
+
+
+def slds_model(y, max_states=10, ard=False):
+    dyn = dynamics(1, 0.02 * jnp.eye(D), ard)
+    nh.sample("y", nh.HDPSLDS(GAMMA, ALPHA, KAPPA, dyn, observation, max_states=max_states), obs=y)
+
+
+def ar_hmm_model(y, ard=False):
+    dyn = dynamics(2, jnp.asarray(ar_scale), ard)
+    nh.sample("y", nh.StickyHDPHMM(GAMMA, ALPHA, KAPPA, dyn, max_states=10), obs=y)
+
+
+variants = {
+    "HDP-SLDS": lambda ard: (lambda y: slds_model(y, 10, ard)),
+    "HDP-AR(2)-HMM": lambda ard: (lambda y: ar_hmm_model(y, ard)),
+    "SLDS, K = 3": lambda ard: (lambda y: slds_model(y, K_TRUE, ard)),
+}
+
+results = {}
+for i, (name, make) in enumerate(variants.items()):
+    for ard in (False, True):
+        mcmc = MCMC(nh.infer.WeakLimitGibbs(make(ard), split_merge=SPLIT_MERGE), num_warmup=0,
+                    num_samples=NUM_SWEEPS, num_chains=NUM_CHAINS, chain_method="vectorized", progress_bar=False)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            # the finite SLDS occupies all of its 3 slots by design: the capacity warning is expected there
+            warnings.filterwarnings("ignore", "WeakLimitGibbs: all max_states=3", RuntimeWarning)
+            mcmc.run(jax.random.key(10 * i + ard), y)
+        samples = mcmc.get_samples(group_by_chain=True)
+        states = np.asarray(samples["y_states"])  # (chains, sweeps, T)
+        results[(name, ard)] = dict(
+            hamming=nh.diagnostics.hamming_distance(states, truth),  # (chains, sweeps)
+            num_states=nh.diagnostics.num_states(states),
+            ard=np.asarray(samples["ard"]) if ard else None,
+            samples=samples if (name == "HDP-SLDS" and not ard) else None,
+            seconds=time.perf_counter() - t0,
+        )
+        print(f"{name:15s} ARD={'yes' if ard else 'no ':3s} {results[(name, ard)]['seconds']:6.1f} s")
+
+# %%
+# Hamming distance against sweeps
+# -------------------------------
+# One panel per model, as in the paper's figure: the median over the chains (solid) and the
+# 10th-90th percentile band, without ARD (blue) and with ARD (orange).
+
+fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), sharey=True)
+sweeps = np.arange(1, NUM_SWEEPS + 1)
+for ax, name in zip(axes, variants):
+    for ard, color in ((False, "C0"), (True, "C1")):
+        q10, q50, q90 = np.percentile(results[(name, ard)]["hamming"], [10, 50, 90], axis=0)
+        ax.plot(sweeps, q50, color=color, lw=1.5, label="ARD" if ard else "no ARD")
+        ax.fill_between(sweeps, q10, q90, color=color, alpha=0.2, lw=0)
+    ax.set(title=name, xlabel="Gibbs sweep", ylim=(0, 1))
+axes[0].set_ylabel("normalized Hamming distance")
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+
+# %%
+# The numbers at the last sweep
+# -----------------------------
+# Hamming distance over the chains (10th percentile, median, 90th percentile), the number of
+# modes in use (median over chains; the true number is 3) and the ARD precisions (median over
+# the chains' last draws; columns: the two lags of the latent state, or the four lags of the
+# AR(2), then the intercept).
+
+print(f"{'model':15s}{'ARD':>5s}{'Hamming 10%':>13s}{'median':>8s}{'90%':>7s}{'modes':>7s}   ARD precisions")
+for (name, ard), r in results.items():
+    q = np.percentile(r["hamming"][:, -1], [10, 50, 90])
+    prec = "" if r["ard"] is None else np.array2string(np.median(r["ard"][:, -1], axis=0), precision=2)
+    print(f"{name:15s}{'yes' if ard else 'no':>5s}{q[0]:>13.3f}{q[1]:>8.3f}{q[2]:>7.3f}"
+          f"{np.median(r['num_states'][:, -1]):>7.0f}   {prec}")
+
+# %%
+# The latent path of the HDP-SLDS
+# -------------------------------
+# The first coordinate of the latent state: posterior mean and 90% interval over the draws of
+# the second half of the chain whose final Hamming distance is the median (no ARD), with the
+# observations and the true path; below, that chain's last mode sequence against the truth.
+
+r = results[("HDP-SLDS", False)]
+c = int(np.argsort(r["hamming"][:, -1])[NUM_CHAINS // 2])
+latent = np.asarray(r["samples"]["y_latent"])[c, NUM_SWEEPS // 2:]
+lo, hi = np.quantile(latent[..., 0], [0.05, 0.95], axis=0)
+relabelled, _ = nh.diagnostics.relabel(np.asarray(r["samples"]["y_states"])[c, -1], truth)
+fig, axes = plt.subplots(2, 1, figsize=(9, 4.2), sharex=True)
+axes[0].plot(y[:, 0], ".", ms=2, color="0.6", label="observed")
+axes[0].plot(x[:, 0], color="k", lw=0.8, label="true latent")
+axes[0].plot(latent[..., 0].mean(0), color="C0", lw=1, label="posterior mean")
+axes[0].fill_between(np.arange(T), lo, hi, color="C0", alpha=0.3, lw=0, label="90% interval")
+axes[0].set(ylabel="first coordinate")
+axes[0].legend(fontsize=7, ncol=4)
+axes[1].step(np.arange(T), truth, color="k", lw=0.8, label="true modes")
+axes[1].step(np.arange(T), relabelled + 0.1, color="C0", lw=0.8, label="last draw (relabelled)")
+axes[1].set(xlabel="step", ylabel="mode")
+axes[1].legend(fontsize=7)
+fig.tight_layout()
+print("latent path: mean absolute error", round(float(np.mean(np.abs(latent.mean(0) - x))), 3),
+      "(observations:", round(float(np.mean(np.abs(y - x))), 3), ")")
+print(f"wall time of the page: {time.perf_counter() - start_time:.0f} s")
+
+# %%
+# Reading the results
+# -------------------
+# The numbers printed above come from the build that produced this page; in the quick CI build
+# (2 chains, 4 sweeps, no split-merge) they mean little.  The full build (4 chains x 150 sweeps
+# per model, 528 s of wall time on 2 shared CPU cores, most of it compilation of the six
+# samplers) gave, at the last sweep:
+#
+# ===============  ===  ===========  ======  =====  =====  =====================================
+# model            ARD  Hamming 10%  median  90%    modes  ARD precisions (median)
+# ===============  ===  ===========  ======  =====  =====  =====================================
+# HDP-SLDS         no   0.444        0.637   0.640  2
+# HDP-SLDS         yes  0.435        0.640   0.640  1      1.65, 1.84, 1.92
+# HDP-AR(2)-HMM    no   0.028        0.055   0.075  3
+# HDP-AR(2)-HMM    yes  0.053        0.060   0.076  3      0.39, 2.93, 0.95, 0.46, 0.77
+# SLDS, K = 3      no   0.435        0.640   0.640  1
+# SLDS, K = 3      yes  0.640        0.640   0.640  1      2.97, 1.23, 3.61
+# ===============  ===  ===========  ======  =====  =====  =====================================
+#
+# (0.640 is the distance of a one-mode segmentation: the largest true mode covers 36% of the
+# steps.)  What we found, against the paper's qualitative claims:
+#
+# * *The HDP-SLDS does as well as the SLDS given the true number of modes*: yes, but here because
+#   both fail the same way.  Within about ten sweeps most chains of both collapse to a single
+#   mode in use and stay there for the 150 sweeps: the latent path then follows the observations
+#   closely (the panel above: the posterior mean of ``x`` sits on the data, and removes only a
+#   fifth of the observation error), one mode's dynamics with a larger noise ``Q`` explain the
+#   path, and a Gibbs sampler that alternates between the path given the modes and the modes
+#   given the path cannot leave that state in a few sweeps.  The finite SLDS is no better off:
+#   two of its three slots empty early (the HDP-SLDS without ARD keeps a second mode in the median
+#   chain, but one that covers few steps).  In a minority of chains (the lower edge of the band) a
+#   second mode survives, at a Hamming distance of about 0.44.
+# * *The HDP-AR-HMM of the noisy observations does worse than the HDP-SLDS*: **not reproduced**
+#   on our data.  The HDP-AR(2)-HMM finds the three modes in every chain within 50 sweeps
+#   (median Hamming distance 0.055 at the last sweep): the drifts and rotation speeds of our
+#   modes stay visible through observation noise of s.d. 0.25, and an AR(2) model of the
+#   observations absorbs that noise well enough.  The paper's data, whose settings we could not
+#   recover, evidently separate the two models more; on this page the advantage of the SLDS
+#   would need many more sweeps, or more chains, than our budget allows (the tutorial
+#   :doc:`/tutorials/plot_14_slds`, with fixed segments of 60 steps, sees 2 of 3 HDP-SLDS chains
+#   reach a Hamming distance near 0.01).
+# * *ARD*: no effect on the segmentation here.  On the HDP-AR(2)-HMM it delays the descent (the
+#   first 40 sweeps) and ends at the same distance; its precisions single out the second
+#   coordinate's first lag (2.9) as the least used column and keep the others near or below
+#   their prior mean of 1.  On the SLDS the precisions are drawn by the inner NUTS kernel, which
+#   reported divergences (the warning above), and they say little, since the chains use one
+#   mode.
+#
+# All the settings are ours (top of the page), and the paper ran far more chains and
+# iterations.  Running the SLDS longer, with the concentrations resampled as in the
+# paper, or from an initialization with several modes, are the obvious next checks.

@@ -66,6 +66,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
+from numpyro_hdphmm._core.kalman import observation_information
 from numpyro_hdphmm._core.linalg import small_matmul
 
 __all__ = ["BandedPosterior", "banded_posterior", "banded_mean", "banded_sample"]
@@ -99,27 +100,6 @@ class BandedPosterior:
 
 def _sym(m):
     return 0.5 * (m + jnp.swapaxes(m, -1, -2))
-
-
-def _observation_terms(C, d, R, y, obs_mask, valid):
-    r"""``(C_t^T R_t^{-1} C_t (T, D, D), C_t^T R_t^{-1} (y_t - d) (T, D))`` at the valid steps
-    (zero elsewhere), from the whitened rows of the masked observation model."""
-    o = obs_mask & valid[:, None]
-    v = jnp.where(o, jnp.where(o, y, 0.0) - d, 0.0)
-    if R.ndim == 1:
-        w = jnp.where(o, lax.rsqrt(R), 0.0)  # (T, P)
-        Ct = w[..., None] * C  # (T, P, D)
-        vt = w * v
-    else:
-        of = o.astype(C.dtype)
-
-        def whiten(of_t, v_t):
-            Rt = of_t[:, None] * R * of_t[None, :] + jnp.diag(1.0 - of_t)
-            Lr = jnp.linalg.cholesky(_sym(Rt))
-            return solve_triangular(Lr, of_t[:, None] * C, lower=True), solve_triangular(Lr, v_t, lower=True)
-
-        Ct, vt = jax.vmap(whiten)(of, v)
-    return jnp.einsum("tpi,tpj->tij", Ct, Ct), jnp.einsum("tpi,tp->ti", Ct, vt)
 
 
 def banded_posterior(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) -> BandedPosterior:
@@ -168,7 +148,7 @@ def banded_posterior(x_init, A, b, Q, C, d, R, y, obs_mask=None, length=None) ->
         for j in range(i, r + 1):
             block = jnp.einsum("tdi,tdj->tij", Gi, G[:, :, j, :])  # J[t - i, t - j] += block[t]
             band = band.at[j - i: T - i, j - i].add(block[j:])
-    obs_prec, obs_h = _observation_terms(C, d, R, y, obs_mask, t < length)
+    obs_prec, obs_h = observation_information(C, d, R, y, obs_mask, t < length)
     band = band.at[:, 0].add(obs_prec)
     h = h + obs_h
 

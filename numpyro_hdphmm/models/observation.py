@@ -319,14 +319,57 @@ class LinearGaussianObservation:
         C, r = jax.vmap(row)(random.split(k_draw, self.obs_dim), ys.T, self.loc, self._diag_scale())
         return {"C": C.astype(dtype), "R": r.astype(dtype)}
 
+    def _noise_moments(self, y, valid):
+        r"""``(r (P,), q (P,))``: per dimension of ``y (N, T, P)`` the moment estimates of the noise
+        variance and of the signal's increment variance of a local-level model (a latent path
+        that moves slowly against white noise): with the differences ``u_t = y_t - y_{t-1}``,
+        ``Cov(u_t, u_{t-1}) = -r`` and ``Var(u_t) = q + 2 r``, so ``r = -mean(u_t u_{t-1})``
+        clipped to ``[0.01, 0.5] mean(u_t^2) / 2`` (a smooth signal makes it negative: the floor;
+        ``mean(u^2) / 2`` is all the noise there can be) and ``q = mean(u_t^2) - 2 r``."""
+        obs = valid[..., None] & ~jnp.isnan(y)
+        yz = jnp.where(obs, y, 0.0)
+        both = obs[:, 1:] & obs[:, :-1]
+        u = jnp.where(both, yz[:, 1:] - yz[:, :-1], 0.0)
+        pairs = both[:, 1:] & both[:, :-1]
+        g0 = jnp.sum(u * u, axis=(0, 1)) / jnp.maximum(jnp.sum(both, axis=(0, 1)), 1)
+        g1 = jnp.sum(jnp.where(pairs, u[:, 1:] * u[:, :-1], 0.0), axis=(0, 1)) / jnp.maximum(jnp.sum(pairs, axis=(0, 1)), 1)
+        r = jnp.clip(-g1, 0.005 * g0, 0.25 * g0)
+        fallback = self._diag_scale() / (self.df + 2.0)  # constant data: the prior's scale
+        return jnp.where(g0 > 0, r, fallback), jnp.where(g0 > 0, g0 - 2.0 * r, fallback)
+
+    def initial_noise(self, y, valid) -> jax.Array:
+        r"""A starting ``R`` in the parameter's shape (``(P,)`` diagonal, ``(P, P)`` full with that
+        diagonal) from the data alone, for the data-driven start: a latent path fitted to ``y``
+        leaves little or no residual (none where ``C`` is square and fixed), so ``R`` drawn given
+        it would be near 0 and the first sweeps would fit the noise with the dynamics.  The
+        moment estimate of :meth:`_noise_moments`."""
+        r = self._noise_moments(y, valid)[0].astype(self.scale.dtype)
+        return jnp.diag(r) if self.noise == "full" else r
+
     def initial_latent(self, y, valid) -> jax.Array:
-        """A starting latent path ``x (N, T, D)`` from ``y (N, T, P)`` (NaN: missing, filled with the
-        column means): least squares ``x_t = C^+ (y_t - d)`` with a fixed ``C``; with a learned ``C``,
-        the leading ``D`` principal components of the centred data, scaled to unit variance."""
+        """A starting latent path ``x (N, T, D)`` from ``y (N, T, P)`` (NaN: missing): each dimension
+        of ``y`` smoothed first by the local-level model of :meth:`_noise_moments` (Kalman smoother,
+        missing steps filled by it), so that the path the data-driven start clusters carries the
+        signal rather than the noise; then least squares ``x_t = C^+ (y_t - d)`` with a fixed
+        ``C``, or with a learned ``C`` the leading ``D`` principal components of the centred smoothed
+        data, scaled to unit variance."""
+        from numpyro_hdphmm._core.kalman import kalman_filter, kalman_smoother
+
         w = valid[..., None] & ~jnp.isnan(y)
         wf = w.astype(y.dtype)
         mean = jnp.sum(jnp.where(w, y, 0.0), axis=(0, 1)) / jnp.maximum(jnp.sum(wf, axis=(0, 1)), 1.0)
-        filled = jnp.where(w, y, mean)
+        r, q = (v.astype(y.dtype) for v in self._noise_moments(y, valid))
+        T = y.shape[1]
+
+        def smooth(y_np, o_np, m, r_p, q_p):  # one dimension of one sequence: (T,)
+            ones = jnp.ones((T, 1, 1), y.dtype)
+            A, b, Q = ones, jnp.zeros((T, 1), y.dtype), q_p * ones
+            f = kalman_filter(m[None], A, b, Q, jnp.ones((1, 1), y.dtype), jnp.zeros((1,), y.dtype), r_p[None],
+                              jnp.where(o_np, y_np, 0.0)[:, None], o_np[:, None])
+            return kalman_smoother(f, A, b, Q)[0][:, 0]
+
+        per_dim = jax.vmap(smooth, in_axes=(1, 1, 0, 0, 0), out_axes=1)  # over P
+        filled = jax.vmap(per_dim, in_axes=(0, 0, None, None, None))(y, w, mean, r, q)  # over N
         if not self.learned:
             return jnp.einsum("dp,ntp->ntd", jnp.linalg.pinv(self.C), filled - self.offset)
         centred = (filled - mean) * valid[..., None].astype(y.dtype)

@@ -215,6 +215,45 @@ def test_gibbs_blocks_against_enumeration(order, broken):
     assert p_b < 1e-4
 
 
+def _marginal_mode_draws(backward_messages, num_chains=4000, num_sweeps=20):
+    """Final modes of chains of :func:`~numpyro_hdphmm._core.kalman.switching_mode_gibbs` alone (the
+    latent path integrated out) on the tiny problem."""
+    from numpyro_hdphmm._core.kalman import switching_mode_gibbs
+
+    A, b, Q = jnp.asarray(A_TINY[1][:, :, :1]), jnp.asarray(A_TINY[1][:, :, 1]), jnp.asarray(Q_TINY)
+    y = jnp.asarray(Y_TINY)
+    log_init, log_trans = jnp.log(jnp.asarray(PI0)), jnp.log(jnp.asarray(PI))
+
+    def chain(key):
+        k0, k1 = random.split(key)
+        z0 = random.bernoulli(k0, 0.5, (TINY_T,)).astype(jnp.int32)
+
+        def sweep(z, k):
+            return switching_mode_gibbs(k, z, log_init, log_trans, jnp.zeros(1), A, b, Q, jnp.eye(1), jnp.zeros(1),
+                                        jnp.asarray([R_TINY]), y, ~jnp.isnan(y), TINY_T,
+                                        backward_messages=backward_messages), None
+
+        return jax.lax.scan(sweep, z0, random.split(k1, num_sweeps))[0]
+
+    draws = jax.jit(jax.vmap(chain))(random.split(random.key(0), num_chains))
+    return [tuple(int(v) for v in row) for row in np.asarray(draws)]
+
+
+def test_modes_with_the_latent_path_integrated_out_against_enumeration():
+    """``WeakLimitGibbs(marginal_modes=True)``'s extra block: single-site updates of the modes with
+    the latent path integrated out (Gerlach, Carter & Kohn 2000) leave ``p(z | y)`` invariant; the
+    control without the backward information messages (the future observations) fails."""
+    exact = _exact_mode_posterior(1)
+    draws = _marginal_mode_draws(True)
+    tv, bound, p = empirical_tv_keys(exact, draws), tv_bound(exact.values(), len(draws)), chi_square_pvalue(exact, draws)
+    print(f"modes, latent path integrated out: TV {tv:.4f}, bound {bound:.4f}, chi-square p {p:.3g}")
+    assert tv < bound and p > 1e-4
+    bad = _marginal_mode_draws(False)
+    p_b = chi_square_pvalue(exact, bad)
+    print(f"negative control (no backward messages): TV {empirical_tv_keys(exact, bad):.4f}, chi-square p {p_b:.3g}")
+    assert p_b < 1e-4
+
+
 # --------------------------------------------------------------------------- the order-r latent sampler
 def _dense_posterior(x_init, A, b, Q, C, d, R, y, mask, length):
     """The exact Gaussian posterior of ``x_{0:T-1}``, built independently of the band: the path as
@@ -682,6 +721,19 @@ def test_geweke():
         z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), GEWEKE_STATISTICS, num_steps=6,
                             num_iterations=6000, num_prior=6000)
     print("SLDS Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
+    assert max(abs(v) for v in z.values()) < 4.0, z
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_geweke_marginal_modes():
+    """``marginal_modes=True``: the modes once more with the latent path integrated out, every sweep."""
+    kernel = nh.infer.WeakLimitGibbs(geweke_model, marginal_modes=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), GEWEKE_STATISTICS, num_steps=6,
+                            num_iterations=6000, num_prior=6000)
+    print("SLDS Geweke z (marginal_modes):", {k: round(float(v), 2) for k, v in z.items()})
     assert max(abs(v) for v in z.values()) < 4.0, z
 
 

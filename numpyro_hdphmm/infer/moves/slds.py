@@ -13,6 +13,11 @@ adds, each from its full conditional:
    posterior precision (:func:`numpyro_hdphmm._core.banded.banded_sample`; Rue & Held 2005, Alg.
    2.9).  Both start from the presample values (the dynamics family's ``center``) and run on every
    sequence at once;
+   Before it, with ``marginal_modes`` (the weak-limit sweep, order-1 dynamics), the modes once more
+   with the latent path integrated out: single-site updates ``z_t ~ p(z_t | z_{-t}, theta, y)``
+   (:func:`numpyro_hdphmm._core.kalman.switching_mode_gibbs`; Gerlach, Carter & Kohn 2000, the
+   sampler Fox et al. use for the HDP-SLDS), which moves the modes where the path drawn given the
+   old modes holds them (a path smoothed through one mode makes that mode fit it best);
 2. ``(C, R) | x, y``: the observation model's conjugate update
    (:meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.update`; missing values
    imputed first).
@@ -29,11 +34,11 @@ import jax.numpy as jnp
 from jax import random
 
 from numpyro_hdphmm._core.banded import banded_sample
-from numpyro_hdphmm._core.kalman import kalman_sample
+from numpyro_hdphmm._core.kalman import kalman_sample, switching_mode_gibbs
 from numpyro_hdphmm.infer.contract import Explicit
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 
-__all__ = ["sample_latent", "observation_parameters", "slds_sweep", "latent_dynamics"]
+__all__ = ["sample_latent", "sample_modes_marginal", "observation_parameters", "slds_sweep", "latent_dynamics"]
 
 
 def observation_parameters(extra: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
@@ -73,17 +78,48 @@ def sample_latent(rng_key, states, params, obs_params, dynamics, observed, lengt
     return jax.vmap(one)(random.split(rng_key, states.shape[0]), states, y, mask, lengths)
 
 
-def slds_sweep(hmm_step, rng_key, state: Explicit, spec: ModelSpec, view: ModelView):
+def sample_modes_marginal(rng_key, states, trans, params, obs_params, dynamics, observed, lengths, **options):
+    """The modes ``states (N, T)`` after one sweep of single-site updates with the latent path
+    integrated out (:func:`numpyro_hdphmm._core.kalman.switching_mode_gibbs`, every sequence at
+    once): ``trans (K+1, K+1)`` (start row last; column ``K``, the states not represented,
+    dropped), order-1 dynamics ``params`` (``A (K, D, D + a)``, ``cov (K, D, D)``), observation
+    parameters and data as :func:`sample_latent`; ``options`` passed on."""
+    family = observed.family
+    C, d = family.loading(obs_params)
+    R = family.kalman_noise(obs_params)
+    dtype = R.dtype
+    k = trans.shape[-1] - 1
+    log_init, log_trans = jnp.log(trans[k, :k]).astype(dtype), jnp.log(trans[:k, :k]).astype(dtype)
+    D = dynamics.dim
+    A = params["A"].astype(dtype)
+    b = A[..., D] if dynamics.affine else jnp.zeros(A.shape[:-1], dtype)
+    Q = params["cov"].astype(dtype)
+    x_init = jnp.asarray(dynamics.center, dtype).reshape(-1, D)[0]
+    y = observed.y
+
+    def one(key, z, yn, n):
+        return switching_mode_gibbs(key, z, log_init, log_trans, x_init, A[..., :D], b, Q, C, d, R, yn,
+                                    ~jnp.isnan(yn), n, **options)
+
+    return jax.vmap(one)(random.split(rng_key, states.shape[0]), states, y, lengths)
+
+
+def slds_sweep(hmm_step, rng_key, state: Explicit, spec: ModelSpec, view: ModelView, marginal_modes: bool = False):
     """One sweep of an HDP-SLDS (module docstring): ``hmm_step(key, state, spec, view) -> (Explicit,
-    Info)`` on the latent path as data, then the latent path and the observation parameters from
+    Info)`` on the latent path as data, with ``marginal_modes`` (order-1 dynamics) the modes again
+    with the latent path integrated out, then the latent path and the observation parameters from
     their conditionals.  Returns ``(Explicit, Info)``."""
-    k_hmm, k_x, k_obs = random.split(rng_key, 3)
+    k_hmm, k_x, k_obs, k_z = random.split(rng_key, 4)
     before = state.extra
     state, info = hmm_step(k_hmm, state, spec, view)
     state = state._replace(extra=before)  # the HMM step knows nothing of the latent path
     observed = view.observed
     lengths = view.data.lengths
     obs_params = observation_parameters(state.extra)
+    if marginal_modes and view.emission.order == 1:
+        modes = sample_modes_marginal(k_z, state.states, state.trans, state.params, obs_params, view.emission,
+                                      observed, lengths)
+        state = state._replace(states=modes.astype(state.states.dtype))
     x = sample_latent(k_x, state.states, state.params, obs_params, view.emission, observed, lengths)
     new_obs = observed.family.update(k_obs, obs_params, x, observed.y, observed.valid)
     latent = x if spec.batched else x[0]

@@ -56,7 +56,7 @@ QUICK = os.environ.get("NH_DOCS_QUICK") == "1"  # few sweeps for the CI build of
 NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = (5, 10, 2) if QUICK else (400, 100, 4)
 MAX_STATES = 30
 LATENT_DIM = 6  # D: principal directions kept (87% of the variance of the standardized channels)
-LATENT_ORDER = 1  # r: the order of the latent dynamics (r > 1 needs an SLDS with a stacked latent state)
+LATENT_ORDER = 1  # r: the order of the latent dynamics (MoSeq uses 3)
 SEQUENCE = 3  # the sequence drawn below
 
 data = nh.datasets.load_mocap6()
@@ -254,3 +254,7 @@ fig.tight_layout()
 # same split of ``R`` into near-zero and large variances; the fixed principal directions were no
 # worse and keep the latent pose readable.  ``LATENT_ORDER`` switches the order of the latent
 # dynamics (MoSeq uses 3); this page was measured at order 1.
+
+# sphinx_gallery_start_ignore
+jax.config.update("jax_enable_x64", False)  # the pages built after this one run in the default precision
+# sphinx_gallery_end_ignore

@@ -34,8 +34,8 @@ value comes from the authors' public MATLAB toolbox (its demo script) we say so.
 * Sampler: :class:`~numpyro_hdphmm.infer.WeakLimitGibbs`, Fox et al.'s blocked Gibbs sampler
   (modes by FFBS given the latent path, the latent path by a Kalman filter and backward sampler),
   plus two split-merge moves per sweep (``split_merge=2``), which the paper's sampler does not
-  have.  The ARD precisions are updated by the kernel (by the inner NUTS kernel, or by an exact
-  Gamma update where the installed version has one).
+  have.  The kernel draws the ARD precisions from their conjugate Gamma conditional given the
+  modes' dynamics (``docs/slds.md``, "Your own priors").
 * Chains and sweeps (our choice, far fewer than the paper's): 4 chains of 150 sweeps per model,
   vectorized, every sweep kept; the median and the 10th-90th percentile band over the chains.
 
@@ -210,50 +210,43 @@ print(f"wall time of the page: {time.perf_counter() - start_time:.0f} s")
 # Reading the results
 # -------------------
 # The numbers printed above come from the build that produced this page; in the quick CI build
-# (2 chains, 4 sweeps, no split-merge) they mean little.  The full build (4 chains x 150 sweeps
-# per model, 528 s of wall time on 2 shared CPU cores, most of it compilation of the six
+# (2 chains, 4 sweeps, no split-merge, no ARD) they mean little.  The full build (4 chains x 150
+# sweeps per model, 268 s of wall time on 2 shared CPU cores, most of it compilation of the six
 # samplers) gave, at the last sweep:
 #
 # ===============  ===  ===========  ======  =====  =====  =====================================
 # model            ARD  Hamming 10%  median  90%    modes  ARD precisions (median)
 # ===============  ===  ===========  ======  =====  =====  =====================================
-# HDP-SLDS         no   0.444        0.637   0.640  2
-# HDP-SLDS         yes  0.435        0.640   0.640  1      1.65, 1.84, 1.92
+# HDP-SLDS         no   0.116        0.352   0.557  2
+# HDP-SLDS         yes  0.025        0.070   0.297  3      0.04, 0.03, 0.56
 # HDP-AR(2)-HMM    no   0.028        0.055   0.075  3
-# HDP-AR(2)-HMM    yes  0.053        0.060   0.076  3      0.39, 2.93, 0.95, 0.46, 0.77
-# SLDS, K = 3      no   0.435        0.640   0.640  1
-# SLDS, K = 3      yes  0.640        0.640   0.640  1      2.97, 1.23, 3.61
+# HDP-AR(2)-HMM    yes  0.040        0.048   0.062  3      0.67, 0.74, 0.64, 1.4, 1.87
+# SLDS, K = 3      no   0.041        0.203   0.370  2
+# SLDS, K = 3      yes  0.037        0.040   0.055  3      0.03, 0.01, 0.36
 # ===============  ===  ===========  ======  =====  =====  =====================================
 #
-# (0.640 is the distance of a one-mode segmentation: the largest true mode covers 36% of the
-# steps.)  What we found, against the paper's qualitative claims:
+# (0.640 would be the distance of a one-mode segmentation: the largest true mode covers 36% of
+# the steps.)  What we found, against the paper's qualitative claims:
 #
-# * *The HDP-SLDS does as well as the SLDS given the true number of modes*: yes, but here because
-#   both fail the same way.  Within about ten sweeps most chains of both collapse to a single
-#   mode in use and stay there for the 150 sweeps: the latent path then follows the observations
-#   closely (the panel above: the posterior mean of ``x`` sits on the data, and removes only a
-#   fifth of the observation error), one mode's dynamics with a larger noise ``Q`` explain the
-#   path, and a Gibbs sampler that alternates between the path given the modes and the modes
-#   given the path cannot leave that state in a few sweeps.  The finite SLDS is no better off:
-#   two of its three slots empty early (the HDP-SLDS without ARD keeps a second mode in the median
-#   chain, but one that covers few steps).  In a minority of chains (the lower edge of the band) a
-#   second mode survives, at a Hamming distance of about 0.44.
+# * *With ARD the HDP-SLDS does as well as the SLDS given the true number of modes*: yes (median
+#   0.070 against 0.040, three modes in use), and both recover the modes.  The ARD precisions of
+#   the lag columns settle near 0.03-0.04 (a weak pull of ``A_k`` towards zero, so each mode's
+#   dynamics follow its data) and the intercept's near 0.4-0.6; with the fixed column precision
+#   ``I`` (no ARD) the prior pulls every mode's ``A_k`` to zero as hard as a unit of data, the
+#   modes' dynamics look alike, and chains keep two modes (median 0.35 for the HDP-SLDS, 0.20 for
+#   the finite SLDS).  The ARD precisions are drawn exactly here (their conjugate Gamma
+#   conditional, ``docs/slds.md``); an earlier build whose inner NUTS kernel moved them, from a
+#   start whose noise variance ``R`` was near zero (the least-squares latent path left no
+#   residual), saw most SLDS chains collapse to one mode.
 # * *The HDP-AR-HMM of the noisy observations does worse than the HDP-SLDS*: **not reproduced**
-#   on our data.  The HDP-AR(2)-HMM finds the three modes in every chain within 50 sweeps
-#   (median Hamming distance 0.055 at the last sweep): the drifts and rotation speeds of our
-#   modes stay visible through observation noise of s.d. 0.25, and an AR(2) model of the
-#   observations absorbs that noise well enough.  The paper's data, whose settings we could not
-#   recover, evidently separate the two models more; on this page the advantage of the SLDS
-#   would need many more sweeps, or more chains, than our budget allows (the tutorial
-#   :doc:`/tutorials/plot_14_slds`, with fixed segments of 60 steps, sees 2 of 3 HDP-SLDS chains
-#   reach a Hamming distance near 0.01).
-# * *ARD*: no effect on the segmentation here.  On the HDP-AR(2)-HMM it delays the descent (the
-#   first 40 sweeps) and ends at the same distance; its precisions single out the second
-#   coordinate's first lag (2.9) as the least used column and keep the others near or below
-#   their prior mean of 1.  On the SLDS the precisions are drawn by the inner NUTS kernel, which
-#   reported divergences (the warning above), and they say little, since the chains use one
-#   mode.
+#   on our data.  The HDP-AR(2)-HMM finds the three modes in every chain within 50 sweeps (median
+#   0.055, 0.048 with ARD): the drifts and rotation speeds of our modes stay visible through
+#   observation noise of s.d. 0.25, and an AR(2) model of the observations absorbs that noise well
+#   enough.  The paper's data, whose settings we could not recover, evidently separate the two
+#   models more.  What the SLDS gives that the AR-HMM does not is the latent path: its posterior
+#   mean is closer to the true path than the observations are (mean absolute error 0.132 against
+#   0.203).
+# * *ARD*: here it decides whether the SLDS finds the modes (above); on the HDP-AR(2)-HMM it
+#   changes little.
 #
-# All the settings are ours (top of the page), and the paper ran far more chains and
-# iterations.  Running the SLDS longer, with the concentrations resampled as in the
-# paper, or from an initialization with several modes, are the obvious next checks.
+# All the settings are ours (top of the page), and the paper ran far more chains and iterations.

@@ -216,19 +216,19 @@ fig.tight_layout()
 # Findings
 # --------
 # Measured with the full build (4 chains x 500 sweeps each, seed 0, float64, the shared 2-core
-# machine; the script took 3.4 minutes in all):
+# machine; the script took 2.6 minutes in all):
 #
 # ==========  ===========================  ======  ===================  ==========  =========  =======
 # model       Hamming per chain (median)   median  point est. (modes)   modes       s / sweep  wall s
 # ==========  ===========================  ======  ===================  ==========  =========  =======
-# HDP-SLDS    0.466, 0.451, 0.456, 0.469   0.461   0.464 (11)           8, 8, 8, 9  0.097      132
-# HDP-AR-HMM  0.405, 0.402, 0.420, 0.328   0.403   0.380 (13)           9-11, 8     0.042      51
+# HDP-SLDS    0.465, 0.461, 0.460, 0.483   0.463   0.467 (9)            8, 8, 8, 8  0.091      98
+# HDP-AR-HMM  0.405, 0.402, 0.420, 0.328   0.403   0.380 (13)           9-11, 8     0.044      54
 # ==========  ===========================  ======  ===================  ==========  =========  =======
 #
-# (Wall times include compilation: 83 s for the SLDS, 30 s for the AR-HMM.)  **The HDP-SLDS
+# (Wall times include compilation: 53 s for the SLDS, 32 s for the AR-HMM.)  **The HDP-SLDS
 # segments these data worse than the HDP-AR-HMM**: 0.46 against 0.40 in the median over the
-# chains, and every SLDS chain is behind three of the four AR-HMM chains.  Its chains are more alike
-# among themselves (0.451-0.469 against 0.328-0.420) but, like the AR-HMM's, each sits in a mode of
+# chains, and every SLDS chain is behind every AR-HMM chain.  Its chains are more alike
+# among themselves (0.460-0.483 against 0.328-0.420) but, like the AR-HMM's, each sits in a mode of
 # its own: the R-hat of the number of modes and of the co-assignment indicators is far above 1.05
 # for both (the numbers of modes hardly move within a chain after the start), so neither model's
 # pooled draws are a posterior sample, and the point estimates summarize four local modes.

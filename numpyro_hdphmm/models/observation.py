@@ -337,20 +337,26 @@ class LinearGaussianObservation:
         fallback = self._diag_scale() / (self.df + 2.0)  # constant data: the prior's scale
         return jnp.where(g0 > 0, r, fallback), jnp.where(g0 > 0, g0 - 2.0 * r, fallback)
 
-    def initial_noise(self, y, valid) -> jax.Array:
-        r"""A starting ``R`` in the parameter's shape (``(P,)`` diagonal, ``(P, P)`` full with that
-        diagonal) from the data alone, for the data-driven start: a latent path fitted to ``y``
-        leaves little or no residual (none where ``C`` is square and fixed), so ``R`` drawn given
-        it would be near 0 and the first sweeps would fit the noise with the dynamics.  The
-        moment estimate of :meth:`_noise_moments`."""
-        r = self._noise_moments(y, valid)[0].astype(self.scale.dtype)
-        return jnp.diag(r) if self.noise == "full" else r
+    def with_noise_floor(self, R, y, valid) -> jax.Array:
+        r"""``R`` (``(P,)`` or ``(P, P)``) with each variance raised to at least the moment estimate
+        of the noise from the data's differences (:meth:`_noise_moments`), for the data-driven start:
+        ``R`` drawn given a latent path fitted to ``y`` holds what ``C`` cannot reach but can miss
+        the noise the path fitted (all of it where ``C`` is square), and a start near ``R = 0``
+        lets the first sweeps fit the noise with the dynamics.  A full ``R`` gets the missing
+        variance on its diagonal (still positive definite)."""
+        floor = self._noise_moments(y, valid)[0].astype(R.dtype)
+        if R.ndim == 1:
+            return jnp.maximum(R, floor)
+        return R + jnp.diag(jnp.maximum(floor - jnp.diagonal(R), 0.0))
 
     def initial_latent(self, y, valid) -> jax.Array:
         """A starting latent path ``x (N, T, D)`` from ``y (N, T, P)`` (NaN: missing): each dimension
         of ``y`` smoothed first by the local-level model of :meth:`_noise_moments` (Kalman smoother,
         missing steps filled by it), so that the path the data-driven start clusters carries the
-        signal rather than the noise; then least squares ``x_t = C^+ (y_t - d)`` with a fixed
+        signal rather than the noise, and the residual ``y - C x - d`` that the start's ``R`` is
+        drawn from holds the noise (the least-squares path of the raw data leaves none where ``C``
+        is square: ``R`` would start near 0 and the first sweeps fit the noise with the dynamics);
+        then least squares ``x_t = C^+ (y_t - d)`` with a fixed
         ``C``, or with a learned ``C`` the leading ``D`` principal components of the centred smoothed
         data, scaled to unit variance."""
         from numpyro_hdphmm._core.kalman import kalman_filter, kalman_smoother

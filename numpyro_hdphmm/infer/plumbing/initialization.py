@@ -289,16 +289,15 @@ def states_given(rng_key, spec, view, start, *, given_params: bool = False, give
     ``given_base``, its scale held fixed: :func:`~numpyro_hdphmm.infer.moves.emission_base.update_emission_parameters`),
     the tables, ``beta`` and the rows from theirs (:func:`~numpyro_hdphmm._core.crp.sample_global`,
     the concentrations held fixed); for an HDP-SLDS also the observation parameters given the latent
-    path, unless ``given_observation``, with ``R`` from the data's differences
-    (:meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.initial_noise`)."""
+    path, unless ``given_observation`` (``R`` no smaller than the noise the data's differences show,
+    :meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.with_noise_floor`)."""
     k_theta, k_global = random.split(rng_key)
     if spec.sites.kind == "slds" and not given_observation:
         observed = view.observed
         latent = start.extra["latent"] if spec.batched else start.extra["latent"][None]
         current = observation_parameters(start.extra)
         drawn = observed.family.update(random.fold_in(rng_key, 2), current, latent, observed.y, observed.valid)
-        # R from the data's differences, not given the least-squares path (which can leave no residual)
-        drawn = {**drawn, "R": observed.family.initial_noise(observed.y, observed.valid)}
+        drawn = {**drawn, "R": observed.family.with_noise_floor(drawn["R"], observed.y, observed.valid)}
         start = start._replace(extra={**start.extra, **{f"observation_{p}": v.astype(current[p].dtype)
                                                          for p, v in drawn.items()}})
     capacity = spec.capacity

@@ -324,7 +324,7 @@ class LinearGaussianObservation:
         variance and of the signal's increment variance of a local-level model (a latent path
         that moves slowly against white noise): with the differences ``u_t = y_t - y_{t-1}``,
         ``Cov(u_t, u_{t-1}) = -r`` and ``Var(u_t) = q + 2 r``, so ``r = -mean(u_t u_{t-1})``
-        clipped to ``[0.01, 0.5] mean(u_t^2) / 2`` (a smooth signal makes it negative: the floor;
+        clipped to ``[0.01, 0.9] mean(u_t^2) / 2`` (a smooth signal makes it negative: the floor;
         ``mean(u^2) / 2`` is all the noise there can be) and ``q = mean(u_t^2) - 2 r``."""
         obs = valid[..., None] & ~jnp.isnan(y)
         yz = jnp.where(obs, y, 0.0)
@@ -333,7 +333,7 @@ class LinearGaussianObservation:
         pairs = both[:, 1:] & both[:, :-1]
         g0 = jnp.sum(u * u, axis=(0, 1)) / jnp.maximum(jnp.sum(both, axis=(0, 1)), 1)
         g1 = jnp.sum(jnp.where(pairs, u[:, 1:] * u[:, :-1], 0.0), axis=(0, 1)) / jnp.maximum(jnp.sum(pairs, axis=(0, 1)), 1)
-        r = jnp.clip(-g1, 0.005 * g0, 0.25 * g0)
+        r = jnp.clip(-g1, 0.005 * g0, 0.45 * g0)
         fallback = self._diag_scale() / (self.df + 2.0)  # constant data: the prior's scale
         return jnp.where(g0 > 0, r, fallback), jnp.where(g0 > 0, g0 - 2.0 * r, fallback)
 

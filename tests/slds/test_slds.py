@@ -838,3 +838,25 @@ def test_vanishing_observation_noise_is_the_ar_hmm():
     diff = np.max(np.abs(out["slds"][0] - out["ar"][0]))
     print(f"co-assignment max difference {diff:.3f}; modes {out['slds'][1]:.2f} vs {out['ar'][1]:.2f}")
     assert diff < 0.15 and abs(out["slds"][1] - out["ar"][1]) < 0.5
+
+
+def test_the_start_keeps_the_observation_noise():
+    """The data-driven start: a random walk seen through white noise of variance 0.09 (``C = I``).
+    The differences' moment estimate of the noise is near the truth, the start's ``R`` is no smaller
+    than it (a path fitted to ``y`` would leave ~0 residual), and the start's latent path is the
+    smoothed data (closer to the true path than ``y`` is)."""
+    rng = np.random.default_rng(0)
+    T = 2000
+    x = np.cumsum(0.1 * rng.standard_normal((T, D)), axis=0)
+    y = jnp.asarray(x + 0.3 * rng.standard_normal((T, D)))[None]
+    valid = jnp.ones((1, T), bool)
+    obs = nh.LinearGaussianObservation(D, D, C=np.eye(D), noise="diagonal")
+    r, q = obs._noise_moments(y, valid)
+    np.testing.assert_allclose(np.asarray(r), 0.09, rtol=0.25)
+    assert np.all((0.003 < np.asarray(q)) & (np.asarray(q) < 0.03)), q  # the increments: 0.01 (a difference of larger terms)
+    assert np.all(np.asarray(obs.with_noise_floor(jnp.full((D,), 1e-6), y, valid)) >= np.asarray(r))
+    full = nh.LinearGaussianObservation(D, D, C=np.eye(D))
+    R = np.asarray(full.with_noise_floor(1e-6 * jnp.eye(D), y, valid))
+    assert np.all(np.linalg.eigvalsh(R) > 0) and np.all(np.diag(R) >= np.asarray(r) - 1e-12)
+    start = np.asarray(obs.initial_latent(y, valid))[0]
+    assert np.mean((start - x) ** 2) < 0.5 * np.mean((np.asarray(y[0]) - x) ** 2)

@@ -211,13 +211,13 @@ print(f"wall time of the page: {time.perf_counter() - start_time:.0f} s")
 # -------------------
 # The numbers printed above come from the build that produced this page; in the quick CI build
 # (2 chains, 4 sweeps, no split-merge, no ARD) they mean little.  The full build (4 chains x 150
-# sweeps per model, 268 s of wall time on 2 shared CPU cores, most of it compilation of the six
+# sweeps per model, 241 s of wall time on 2 shared CPU cores, most of it compilation of the six
 # samplers) gave, at the last sweep:
 #
 # ===============  ===  ===========  ======  =====  =====  =====================================
 # model            ARD  Hamming 10%  median  90%    modes  ARD precisions (median)
 # ===============  ===  ===========  ======  =====  =====  =====================================
-# HDP-SLDS         no   0.116        0.352   0.557  2
+# HDP-SLDS         no   0.139        0.352   0.557  2
 # HDP-SLDS         yes  0.025        0.070   0.297  3      0.04, 0.03, 0.56
 # HDP-AR(2)-HMM    no   0.028        0.055   0.075  3
 # HDP-AR(2)-HMM    yes  0.040        0.048   0.062  3      0.67, 0.74, 0.64, 1.4, 1.87

@@ -252,16 +252,16 @@ def _t(d):
     return tuple(sorted(d.items()))
 
 
-def _wl_enumeration(problem, slow=False):
-    return Enumeration(problem, _WL, 3, num_chains=3000, num_warmup=40, slow=slow)
+def _wl_enumeration(problem, slow=False, num_chains=3000):
+    return Enumeration(problem, _WL, 3, num_chains=num_chains, num_warmup=40, slow=slow)
 
 
 def _da_enumeration(problem, slow=False):
     return Enumeration(problem, _WL, 8, num_chains=2000, num_warmup=25, slow=slow)
 
 
-def _beam_enumeration(problem, slow=False):
-    return Enumeration(problem, _BEAM, 10, num_chains=2000, num_warmup=30, slow=slow)
+def _beam_enumeration(problem, slow=False, num_chains=2000):
+    return Enumeration(problem, _BEAM, 10, num_chains=num_chains, num_warmup=30, slow=slow)
 
 
 def _pgas_enumeration(hyper):
@@ -281,7 +281,8 @@ REGISTRY: tuple[Entry, ...] = (
           determinism=True),
     Entry("WeakLimitGibbs-tempered", nh.infer.WeakLimitGibbs, options=_t(dict(tempering=4)),
           families=frozenset(FAMILY_NAMES), target="weak_limit",
-          enumeration=(_wl_enumeration("single"), _wl_enumeration("padded", slow=True)),
+          # 1500 chains in the default set (at 3000: TV 0.033, bound 0.081)
+          enumeration=(_wl_enumeration("single", num_chains=1500), _wl_enumeration("padded", slow=True)),
           agreement=Agreement(("WeakLimitGibbs",), capacity=20, num_warmup=500, num_samples=2000),
           determinism=True),
     Entry("DirectAssignmentGibbs", nh.infer.DirectAssignmentGibbs,
@@ -289,7 +290,8 @@ REGISTRY: tuple[Entry, ...] = (
           geweke=(Geweke(12, partition_statistics, _t(_GEWEKE_DA)),),
           determinism=True),
     Entry("BeamSampler", nh.infer.BeamSampler,
-          enumeration=(_beam_enumeration("single"), _beam_enumeration("padded", slow=True)),
+          # 1200 chains in the default set (at 2000: TV 0.040, bound 0.0945; the bound grows as n^-1/2)
+          enumeration=(_beam_enumeration("single", num_chains=1200), _beam_enumeration("padded", slow=True)),
           geweke=(Geweke(30, first_state_statistics, _t(_GEWEKE_BEAM), gamma_prior=(2.0, 2.0)),),
           agreement=Agreement(("DirectAssignmentGibbs", "WeakLimitGibbs"), capacity=20, num_warmup=500,
                               num_samples=2000),

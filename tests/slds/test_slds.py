@@ -619,6 +619,7 @@ def test_dynamics_summary(fit):
         nh.dynamics_summary({"y_states": s["y_states"]})
 
 
+@pytest.mark.slow
 def test_order_2_dynamics_end_to_end():
     """An SLDS with order-2 latent dynamics (MoSeq's latent AR order is 3): the sweep runs, recovers
     the two regimes, and the results layer reads the order: each mode's 2 D companion eigenvalues and

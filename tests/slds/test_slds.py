@@ -713,15 +713,22 @@ BEAM_STATISTICS = {
 }
 
 
+def _weak_limit_geweke(model, statistics, label, **options):
+    """Geweke z-scores of ``WeakLimitGibbs(model, **options)`` on the weak-limit model (6 steps,
+    6000 iterations and prior draws), printed with ``label``."""
+    kernel = nh.infer.WeakLimitGibbs(model, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = geweke_z_scores(kernel, nh.infer.weak_limit(model), statistics, num_steps=6, num_iterations=6000,
+                            num_prior=6000)
+    print(f"SLDS Geweke z{label}:", {k: round(float(v), 2) for k, v in z.items()})
+    return z
+
+
 @pytest.mark.slow
 @pytest.mark.statistical
 def test_geweke():
-    kernel = nh.infer.WeakLimitGibbs(geweke_model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), GEWEKE_STATISTICS, num_steps=6,
-                            num_iterations=6000, num_prior=6000)
-    print("SLDS Geweke z:", {k: round(float(v), 2) for k, v in z.items()})
+    z = _weak_limit_geweke(geweke_model, GEWEKE_STATISTICS, "")
     assert max(abs(v) for v in z.values()) < 4.0, z
 
 
@@ -729,12 +736,7 @@ def test_geweke():
 @pytest.mark.statistical
 def test_geweke_marginal_modes():
     """``marginal_modes=True``: the modes once more with the latent path integrated out, every sweep."""
-    kernel = nh.infer.WeakLimitGibbs(geweke_model, marginal_modes=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        z = geweke_z_scores(kernel, nh.infer.weak_limit(geweke_model), GEWEKE_STATISTICS, num_steps=6,
-                            num_iterations=6000, num_prior=6000)
-    print("SLDS Geweke z (marginal_modes):", {k: round(float(v), 2) for k, v in z.items()})
+    z = _weak_limit_geweke(geweke_model, GEWEKE_STATISTICS, " (marginal_modes)", marginal_modes=True)
     assert max(abs(v) for v in z.values()) < 4.0, z
 
 
@@ -742,15 +744,9 @@ def test_geweke_marginal_modes():
 @pytest.mark.statistical
 def test_geweke_order_2():
     """Order-2 latent dynamics: the band Cholesky sampler of the latent path inside the sweep."""
-    model = make_geweke_model(order=2)
     stats = {**GEWEKE_STATISTICS, "a_lag2": lambda z: z["y_A"][z["y_states"][0], 0, 1],
              "x_lag2": lambda z: z["y_latent"][1, 0] * z["y_latent"][3, 0]}
-    kernel = nh.infer.WeakLimitGibbs(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        z = geweke_z_scores(kernel, nh.infer.weak_limit(model), stats, num_steps=6, num_iterations=6000,
-                            num_prior=6000)
-    print("SLDS Geweke z (order 2):", {k: round(float(v), 2) for k, v in z.items()})
+    z = _weak_limit_geweke(make_geweke_model(order=2), stats, " (order 2)")
     assert max(abs(v) for v in z.values()) < 4.0, z
 
 

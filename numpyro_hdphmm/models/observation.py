@@ -41,6 +41,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 
 from numpyro_hdphmm._core import mniw
+from numpyro_hdphmm._core.kalman import kalman_filter, kalman_smoother
 from numpyro_hdphmm._core.validation import (
     as_data_array,
     check_finite,
@@ -359,8 +360,6 @@ class LinearGaussianObservation:
         then least squares ``x_t = C^+ (y_t - d)`` with a fixed
         ``C``, or with a learned ``C`` the leading ``D`` principal components of the centred smoothed
         data, scaled to unit variance."""
-        from numpyro_hdphmm._core.kalman import kalman_filter, kalman_smoother
-
         w = valid[..., None] & ~jnp.isnan(y)
         wf = w.astype(y.dtype)
         mean = jnp.sum(jnp.where(w, y, 0.0), axis=(0, 1)) / jnp.maximum(jnp.sum(wf, axis=(0, 1)), 1.0)

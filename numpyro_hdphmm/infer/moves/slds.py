@@ -57,15 +57,22 @@ def latent_dynamics(dynamics, params, states):
     return A[..., :m], b, params["cov"][states]
 
 
+def _observation_model(observed, obs_params, dynamics):
+    """``(C (P, D), d (P,), R, x_init (D,))`` as the samplers of :mod:`numpyro_hdphmm._core.kalman`
+    take them (``R`` the variances of a diagonal noise, else the matrix), ``x_init`` the dynamics'
+    presample value, in ``R``'s dtype."""
+    family = observed.family
+    C, d = family.loading(obs_params)
+    R = family.kalman_noise(obs_params)
+    return C, d, R, jnp.asarray(dynamics.center, R.dtype).reshape(-1, dynamics.dim)[0]
+
+
 def sample_latent(rng_key, states, params, obs_params, dynamics, observed, lengths):
     """A draw of the latent paths ``x (N, T, D)`` from ``p(x | z, theta, C, R, y)``: ``states (N, T)``,
     the dynamics ``params``, the observation parameters ``obs_params``, ``observed``
     (:class:`~numpyro_hdphmm.infer.plumbing.discovery.ObservedData`), ``lengths (N,)``."""
-    family = observed.family
-    C, d = family.loading(obs_params)
-    R = family.kalman_noise(obs_params)
+    C, d, R, x_init = _observation_model(observed, obs_params, dynamics)
     dtype = R.dtype
-    x_init = jnp.asarray(dynamics.center, dtype).reshape(-1, dynamics.dim)[0]
     y = observed.y
     mask = ~jnp.isnan(y)
 
@@ -84,9 +91,7 @@ def sample_modes_marginal(rng_key, states, trans, params, obs_params, dynamics, 
     once): ``trans (K+1, K+1)`` (start row last; column ``K``, the states not represented,
     dropped), order-1 dynamics ``params`` (``A (K, D, D + a)``, ``cov (K, D, D)``), observation
     parameters and data as :func:`sample_latent`; ``options`` passed on."""
-    family = observed.family
-    C, d = family.loading(obs_params)
-    R = family.kalman_noise(obs_params)
+    C, d, R, x_init = _observation_model(observed, obs_params, dynamics)
     dtype = R.dtype
     k = trans.shape[-1] - 1
     log_init, log_trans = jnp.log(trans[k, :k]).astype(dtype), jnp.log(trans[:k, :k]).astype(dtype)
@@ -94,7 +99,6 @@ def sample_modes_marginal(rng_key, states, trans, params, obs_params, dynamics, 
     A = params["A"].astype(dtype)
     b = A[..., D] if dynamics.affine else jnp.zeros(A.shape[:-1], dtype)
     Q = params["cov"].astype(dtype)
-    x_init = jnp.asarray(dynamics.center, dtype).reshape(-1, D)[0]
     y = observed.y
 
     def one(key, z, yn, n):

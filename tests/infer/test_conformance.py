@@ -57,7 +57,8 @@ from numpyro.infer import MCMC
 
 import numpyro_hdphmm as nh
 
-from _checks import callbacks_in_sweep, empirical_tv, exact_infinite_posterior, exact_weak_limit_posterior, final_states, geweke_z_scores, tv_bound
+from _checks import (callbacks_in_sweep, empirical_tv, exact_infinite_posterior, exact_weak_limit_posterior,
+                     final_states, geweke_z_scores, tv_bound)
 from kernel_registry import BY_NAME, FAMILIES, FAMILY_NAMES, categorical_model, entries, geweke_model
 
 NUM_CATEGORIES = 2
@@ -121,6 +122,21 @@ def test_enumeration(entry, settings):
         assert tv > bound, (tv, bound)
     else:
         assert tv < bound, (tv, bound)
+
+
+@pytest.mark.slow  # three compilations of the loop (14 s); the default enumerations check the law of the draws
+def test_final_states_are_mcmc_draws():
+    """The enumeration tests' driver (``_checks.final_state``: the kernel's ``init`` and a compiled
+    loop of its ``sample``, optimized when long) draws what NumPyro's ``MCMC`` draws, bit for bit,
+    on the data of the default enumeration, in both compilations."""
+    model = categorical_model(1.5, 2.0, 1.0, 3, NUM_CATEGORIES)
+    args = PROBLEMS["single"][1]
+    kernel = nh.infer.WeakLimitGibbs(model)
+    mcmc = MCMC(kernel, num_warmup=3, num_samples=1, num_chains=2, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(7), *args)
+    expected = np.asarray(mcmc.get_samples()["y_states"]).reshape(2, -1)
+    for optimize in (False, True):
+        np.testing.assert_array_equal(final_states(kernel, args, 2, num_warmup=3, seed=7, optimize=optimize), expected)
 
 
 # --------------------------------------------------------------------------------- Geweke

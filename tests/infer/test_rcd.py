@@ -25,6 +25,7 @@ from _checks import (
     empirical_tv_keys,
     exact_infinite_posterior,
     exact_table_posterior,
+    final_state,
     final_states,
     geweke_z_scores,
     table_key,
@@ -48,15 +49,12 @@ def fixed_model(gamma, alpha, kappa):
 def joint_draws(kernel, y, num_chains=2000, num_warmup=30, seed=0):
     """Independent draws of (partition, tables, overrides): the last state of ``num_chains``
     vectorized chains, keyed by :func:`table_key`; also the chains' mean Gibbs acceptance."""
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=1, num_chains=num_chains, chain_method="vectorized",
-                progress_bar=False)
-    mcmc.run(jax.random.key(seed), np.asarray(y), extra_fields=("gibbs_accept",))
-    collapsed = mcmc.last_state.algorithm.collapsed
+    state = final_state(kernel, (np.asarray(y),), num_chains, num_warmup, seed)
+    collapsed = state.algorithm.collapsed
     labels = np.asarray(collapsed.labels)
     m, w = np.asarray(collapsed.seating.m), np.asarray(collapsed.seating.w)
     keys = [table_key(labels[c], m[c], w[c]) for c in range(num_chains)]
-    accept = float(np.mean(np.asarray(mcmc.get_extra_fields()["gibbs_accept"])))
-    return keys, accept
+    return keys, float(np.mean(np.asarray(state.gibbs_accept)))
 
 
 def joint_tv(kernel, y, hyper, **kwargs):

@@ -54,6 +54,7 @@ def four_devices_more(tmp_path_factory):
     return run_worker(out, "--devices", "4", "--runs", "unsharded@2,chains2x2@2", "--check-svi")
 
 
+@pytest.mark.slow  # a subprocess on 4 simulated devices: 59 s of a loaded worker (the default set keeps the argument checks)
 def test_four_devices_make_the_unsharded_draws(four_devices):
     """64 sequences of 6-12 steps, WeakLimitGibbs with exact hyperparameter updates: the sweep on
     4 devices (16 sequences each) draws what the unsharded sweep draws for the same key."""
@@ -63,6 +64,7 @@ def test_four_devices_make_the_unsharded_draws(four_devices):
     assert_same_draws(four_devices, "mesh")
 
 
+@pytest.mark.slow
 def test_padding_rows_are_dropped(four_devices):
     """map_sequences of 5 rows on 1-4 devices (padded to 6 and 8 on 3 and 4) gives the unsharded
     values, with the padded rows gone."""
@@ -111,7 +113,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow  # two more processes (JAX start, discovery and the sharded program each); the default set keeps the 4-device mesh
+@pytest.mark.slow  # two more processes (JAX start, discovery and the sharded program each); as the 4-device tests
 def test_two_processes_make_the_one_process_draws(four_devices, tmp_path):
     """jax.distributed on a loopback coordinator, 2 processes with one CPU device each and gloo
     collectives: the mesh spans both processes, and the draws are the one-process draws."""

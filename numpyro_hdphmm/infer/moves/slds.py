@@ -47,14 +47,26 @@ def observation_parameters(extra: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
     return {key.partition("_")[2]: v for key, v in extra.items() if key.startswith("observation_")}
 
 
-def latent_dynamics(dynamics, params, states):
+def latent_dynamics(dynamics, params, states, length=None):
     """``(A_t (T, D, D r), b_t (T, D), Q_t (T, D, D))`` of one sequence of modes ``states (T,)``:
     the dynamics parameters ``params`` (``A (K, D, D r + a)``, ``cov (K, D, D)``) gathered along the
-    modes, the lag blocks ``[A^(1) ... A^(r)]`` apart from the intercept (``b_t = 0`` without one)."""
+    modes, the lag blocks ``[A^(1) ... A^(r)]`` apart from the intercept (``b_t = 0`` without one).
+
+    With ``length`` (an int scalar, may be traced) the padding steps ``t >= length`` get ``A_t = 0``
+    and ``b_t = 0``: their latent states are independent ``N(0, Q_t)`` draws, cut off from the
+    sequence.  Through the padding modes' own dynamics (an unused mode drawn from the prior, often
+    explosive) a path continued for hundreds of padding steps overflowed in float32, and the
+    backward sampler carried the overflow into the sequence's real steps.  The steps
+    ``t < length`` have the same posterior either way (the padding carries no observation)."""
     A = params["A"][states]
     m = dynamics.dim * dynamics.order
     b = A[..., m] if dynamics.affine else jnp.zeros(A.shape[:-1], A.dtype)
-    return A[..., :m], b, params["cov"][states]
+    A = A[..., :m]
+    if length is not None:
+        real = jnp.arange(states.shape[0]) < length
+        A = jnp.where(real[:, None, None], A, 0)
+        b = jnp.where(real[:, None], b, 0)
+    return A, b, params["cov"][states]
 
 
 def _observation_model(observed, obs_params, dynamics):
@@ -77,7 +89,7 @@ def sample_latent(rng_key, states, params, obs_params, dynamics, observed, lengt
     mask = ~jnp.isnan(y)
 
     def one(key, z, yn, mn, n):
-        A, b, Q = (v.astype(dtype) for v in latent_dynamics(dynamics, params, z))
+        A, b, Q = (v.astype(dtype) for v in latent_dynamics(dynamics, params, z, n))
         if dynamics.order == 1:
             return kalman_sample(key, x_init, A, b, Q, C, d, R, yn, mn, n)[0]
         return banded_sample(key, x_init, A, b, Q, C, d, R, yn, mn, n)

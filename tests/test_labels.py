@@ -429,3 +429,6 @@ def test_chain_agreement_sees_chains_in_different_modes():
     assert split.table["coassignment"][0] > 1.5 and split.table["lp"][0] < 1.05
     with pytest.raises(ValueError, match="samples"):
         nh.labels.chain_agreement({"y_states": np.zeros((1, 10, 5), int), "y_trans": np.zeros((1, 10, 2, 2))})
+    # a dict of the states alone (no rows kept) is read by its one integer ``*_states`` site
+    states_only = {"y_states": _chains([two, two, other, other])["y_states"], "gamma": np.ones((4, 200))}
+    assert nh.labels.chain_agreement(states_only).table == nh.labels.chain_agreement(_chains([two, two, other, other])).table

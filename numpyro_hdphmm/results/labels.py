@@ -703,7 +703,13 @@ def step_agreement(draws, labels, *, lengths=None) -> np.ndarray:
 
 
 def _hdp_site_name(samples) -> str:
+    """The name given to ``numpyro_hdphmm.sample`` of the one model in ``samples``: the sites
+    ``{name}_states`` and ``{name}_trans``, or, where no rows were kept (a dict of the states
+    alone), the one site ``{name}_states`` of integers."""
     names = sorted(k[: -len("_trans")] for k in samples if k.endswith("_trans") and f"{k[:-len('_trans')]}_states" in samples)
+    if not names:
+        names = sorted(k[: -len("_states")] for k in samples
+                       if k.endswith("_states") and np.issubdtype(np.asarray(samples[k]).dtype, np.integer))
     if len(names) != 1:
         raise ValueError(f"`name`: the samples hold {len(names)} HDP-HMMs ({names}); pass the name given to "
                          "numpyro_hdphmm.sample.")

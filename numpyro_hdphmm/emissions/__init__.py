@@ -23,7 +23,7 @@ Distribution`` over the user's own sites (``StickyHDPHMM(..., emission=fn)`` wra
 kernels only (the parameters are updated by the inner NUTS kernel).
 """
 
-from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site, state_weights
+from numpyro_hdphmm.emissions.base import EmissionFamily, OneHot, as_weights, emission_site, state_weights
 from numpyro_hdphmm.emissions.gaussian import GaussianNIW
 from numpyro_hdphmm.emissions.autoregressive import AutoRegressive
 from numpyro_hdphmm.emissions.diagonal import DiagonalGaussian
@@ -37,6 +37,8 @@ __all__ = [
     "EmissionFamily",
     "emission_site",
     "state_weights",
+    "OneHot",
+    "as_weights",
     "GaussianNIW",
     "AutoRegressive",
     "DiagonalGaussian",

@@ -384,6 +384,13 @@ class AutoRegressive(EmissionFamily):
         xc = self._centre_inputs(x)
         return mniw.mniw_statistics(xc.y, xc.regressor, w)
 
+    def label_statistics(self, x, labels, num_states: int) -> MNIWStats:
+        """:meth:`sufficient_statistics` of hard labels ``labels (T,)`` in ``O(T (m + D)^2)``: the
+        per-state Gram matrices of ``[x_t; y_t]`` (centred) by
+        :func:`~numpyro_hdphmm._core.segments.label_grams` (:func:`~numpyro_hdphmm._core.mniw.mniw_label_statistics`)."""
+        xc = self._centre_inputs(x)
+        return mniw.mniw_label_statistics(xc.y, xc.regressor, labels, num_states)
+
     def posterior(self, stats: MNIWStats) -> "AutoRegressive":
         """MNIW posterior (Minka 1998; Fox 2009, PhD thesis, MNIW appendix): ``K_n = K_0 + S_xx``,
         ``M_n = (M_0 K_0 + S_yx) K_n^{-1}``, ``nu_n = nu_0 + N``,

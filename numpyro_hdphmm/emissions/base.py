@@ -19,6 +19,12 @@ Terminology used by every method:
 ``stats``
     sufficient statistics: a pytree of weighted sums over time, leading axis ``K`` (one entry
     per state).  Statistics add: the statistics of a union of data sets are the sum.
+``weights``
+    the weight of each step in each state: a ``(T, K)`` array (soft or scaled weights), or
+    :class:`OneHot` (hard labels ``(T,)`` standing for the one-hot matrix, what a sweep has given
+    the states).  :meth:`EmissionFamily.statistics` takes either: hard labels go to
+    :meth:`EmissionFamily.label_statistics`, whose overrides compute the per-state sums in
+    ``O(T)`` rather than the ``O(T K)`` of the matrix (:mod:`numpyro_hdphmm._core.segments`).
 ``params``
     emission parameters ``theta``: a dict ``{param_name: array}`` with leading axis ``K``.
 
@@ -34,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
-__all__ = ["EmissionFamily", "state_weights", "emission_site"]
+__all__ = ["EmissionFamily", "OneHot", "as_weights", "state_weights", "emission_site"]
 
 Params = Dict[str, jax.Array]
 Stats = Any
@@ -44,6 +50,55 @@ def state_weights(states, valid, num_states: int, dtype=None):
     """One-hot ``(T, K)`` weights of the states, zeroed where ``valid`` is False."""
     dtype = dtype or jnp.result_type(float)
     return jax.nn.one_hot(states, num_states, dtype=dtype) * valid[..., None].astype(dtype)
+
+
+@jax.tree_util.register_pytree_node_class
+class OneHot:
+    """Hard state labels in place of the ``(T, K)`` one-hot weight matrix they stand for.
+
+    ``labels (T,)`` integers: step ``t`` has weight 1 in state ``labels[t]`` and 0 elsewhere; a
+    label outside ``[0, num_states)`` (the kernels use ``num_states`` for a missing step) is a zero
+    row.  ``num_states`` is static.  :meth:`dense` is the matrix (as :func:`state_weights`); the
+    families' :meth:`EmissionFamily.statistics` and ``update_parameters`` take either form.
+    """
+
+    def __init__(self, labels, num_states: int):
+        self.labels = labels
+        self.num_states = int(num_states)
+
+    @classmethod
+    def of_states(cls, states, valid, num_states: int) -> "OneHot":
+        """The labels of ``states (...)`` with ``num_states`` where ``valid`` is False (flattened to
+        one time axis): the hard form of ``state_weights(states, valid, num_states)`` reshaped to
+        ``(-1, num_states)``."""
+        labels = jnp.where(jnp.asarray(valid), jnp.asarray(states), num_states)
+        return cls(labels.reshape(-1).astype(jnp.int32), num_states)
+
+    @property
+    def shape(self):
+        return (jnp.shape(self.labels)[0], self.num_states)
+
+    def dense(self, dtype=None) -> jax.Array:
+        """The ``(T, K)`` one-hot matrix (zero rows at labels outside ``[0, K)``)."""
+        return jax.nn.one_hot(self.labels, self.num_states, dtype=dtype or jnp.result_type(float))
+
+    def tree_flatten(self):
+        return (self.labels,), self.num_states
+
+    @classmethod
+    def tree_unflatten(cls, num_states, children):
+        return cls(children[0], num_states)
+
+    def __repr__(self) -> str:
+        return f"OneHot(labels={jnp.shape(self.labels)}, num_states={self.num_states})"
+
+
+def as_weights(weights, dtype=None) -> jax.Array:
+    """``weights`` as a ``(T, K)`` array: :meth:`OneHot.dense` of hard labels, else ``jnp.asarray``
+    (``dtype``: the one-hot matrix's float type; an array keeps its own unless given)."""
+    if isinstance(weights, OneHot):
+        return weights.dense(dtype)
+    return jnp.asarray(weights) if dtype is None else jnp.asarray(weights, dtype)
 
 
 class EmissionFamily:
@@ -172,6 +227,24 @@ class EmissionFamily:
         """
         raise NotImplementedError
 
+    def label_statistics(self, x, labels, num_states: int) -> Stats:
+        """The statistics of hard labels: ``x`` from :meth:`prepare` (leading axis ``T``), ``labels
+        (T,)`` integers, a label outside ``[0, num_states)`` a step of no state.  Equal, up to the
+        order of the floating-point additions, to ``sufficient_statistics(x, one_hot(labels,
+        num_states))``, which is the default; the conjugate families override it with per-state
+        sums in ``O(T)`` (:mod:`numpyro_hdphmm._core.segments`) instead of the ``O(T K)`` of the
+        one-hot matrix."""
+        dtype = jnp.result_type(*(leaf.dtype for leaf in jax.tree_util.tree_leaves(x)
+                                  if jnp.issubdtype(leaf.dtype, jnp.floating)), float)
+        return self.sufficient_statistics(x, OneHot(labels, num_states).dense(dtype))
+
+    def statistics(self, x, weights) -> Stats:
+        """:meth:`sufficient_statistics` of ``weights (T, K)``, or :meth:`label_statistics` of
+        :class:`OneHot` labels: the one entry point of the kernels (module docstring, ``weights``)."""
+        if isinstance(weights, OneHot):
+            return self.label_statistics(x, weights.labels, weights.num_states)
+        return self.sufficient_statistics(x, weights)
+
     def posterior(self, stats) -> "EmissionFamily":
         """The conjugate posterior: a family of the same class, batch shape = that of ``stats``."""
         raise NotImplementedError
@@ -201,7 +274,7 @@ class EmissionFamily:
         """One Gibbs update of the emission parameters given the states: ``(params, concentration)``.
 
         ``x`` from :meth:`prepare` (time flattened, leading axis ``T``), ``weights (T, K)`` as in
-        :meth:`sufficient_statistics`, ``params`` the current values (leading axis ``K``).  For a
+        :meth:`sufficient_statistics` or :class:`OneHot` labels (:meth:`statistics`), ``params`` the current values (leading axis ``K``).  For a
         conjugate family this is the exact draw ``theta_k ~ p(theta | stats_k, lambda)`` and the
         current ``params`` are not used; families with latent structure of their own (e.g.
         :class:`~numpyro_hdphmm.emissions.DPMixture`) override it with a step that leaves
@@ -209,7 +282,7 @@ class EmissionFamily:
         prior on the family's own concentration when a kernel recognized one (else ``None``);
         the second return value is the updated concentration (``None`` for families without one).
         """
-        return self.sample_posterior(rng_key, self.sufficient_statistics(x, weights)), None
+        return self.sample_posterior(rng_key, self.statistics(x, weights)), None
 
     def log_prior(self, params: Params) -> jax.Array:
         """``log p(theta_k | lambda)`` for each state ``k``: shape ``(K,)``."""

@@ -22,6 +22,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, xlogy
 
 from numpyro_hdphmm._core.random import dirichlet
+from numpyro_hdphmm._core.segments import clean_labels, label_counts
 from numpyro_hdphmm._core.validation import (
     as_data_array,
     check_integer,
@@ -162,6 +163,15 @@ class Categorical(EmissionFamily):
         weights = jnp.asarray(weights)
         counts = jax.ops.segment_sum(weights, x, num_segments=self.num_categories)  # (C, K)
         return {"counts": counts.T, "total": jnp.sum(weights, 0)}
+
+    def label_statistics(self, x, labels, num_states: int):
+        """:meth:`sufficient_statistics` of hard labels ``labels (T,)``: one segment sum over the
+        pairs ``(label, symbol)`` (``O(T)``; a label outside ``[0, K)`` adds nothing)."""
+        C = self.num_categories
+        dtype = jnp.result_type(float)
+        pair = clean_labels(labels, num_states) * C + jnp.asarray(x, jnp.int32)  # >= K C: dropped
+        counts = jax.ops.segment_sum(jnp.ones(pair.shape, dtype), pair, num_states * C).reshape(num_states, C)
+        return {"counts": counts, "total": label_counts(labels, num_states, dtype)}
 
     def posterior(self, stats) -> "Categorical":
         """``Dirichlet(concentration + counts)`` (MLAPP eq. (3.49)); batch shape ``(K,)``."""

@@ -23,6 +23,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
+from numpyro_hdphmm._core.segments import label_counts, label_sums
 from numpyro_hdphmm._core.validation import (
     as_data_array,
     check_finite,
@@ -201,6 +202,16 @@ class DiagonalGaussian(EmissionFamily):
         s1 = jnp.matmul(weights.T, z, precision=HIGHEST)
         s2 = jnp.matmul(weights.T, z * z, precision=HIGHEST)
         return {"count": jnp.broadcast_to(count[:, None], s1.shape), "sum": s1, "sum_sq": s2}
+
+    def label_statistics(self, x, labels, num_states: int):
+        """:meth:`sufficient_statistics` of hard labels ``labels (T,)``: segment sums of ``z`` and
+        ``z^2`` by label (:func:`~numpyro_hdphmm._core.segments.label_sums`), ``O(T D)``."""
+        dtype = jnp.result_type(x, float)
+        z = ((x.astype(dtype) - self.loc) / self._scale()).astype(dtype)
+        D = z.shape[-1]
+        sums = label_sums(jnp.concatenate([z, z * z], axis=-1), labels, num_states)
+        count = label_counts(labels, num_states, dtype)
+        return {"count": jnp.broadcast_to(count[:, None], (num_states, D)), "sum": sums[:, :D], "sum_sq": sums[:, D:]}
 
     def _frame_posterior(self, stats):
         """Normal-Gamma update in the frame, Murphy (2007) §3.3 eqs. (86)-(89) with

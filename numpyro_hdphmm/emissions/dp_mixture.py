@@ -50,7 +50,7 @@ from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.random import categorical, dirichlet
 from numpyro_hdphmm._core.validation import as_parameter, check_positive
-from numpyro_hdphmm.emissions.base import EmissionFamily, emission_site, state_weights
+from numpyro_hdphmm.emissions.base import EmissionFamily, as_weights, emission_site, state_weights
 from numpyro_hdphmm.emissions.collapsed import (
     CollapsedStatistics,
     add_to_row,
@@ -416,7 +416,8 @@ class DPMixture(EmissionFamily):
         Returns ``(params, sigma)``.
         """
         k_s, k_rest = random.split(rng_key)
-        s = self.sample_components(k_s, x, jnp.asarray(weights), params)
+        weights = as_weights(weights)
+        s = self.sample_components(k_s, x, weights, params)
         return self.update_given_components(k_rest, x, weights, s, concentration_prior)
 
     def update_given_components(self, rng_key, x, weights, s, concentration_prior=None):
@@ -424,7 +425,7 @@ class DPMixture(EmissionFamily):
         (also used by the direct-assignment kernel, whose sweep draws ``s`` with the mixture
         integrated out).  Returns ``(params, sigma)``."""
         k_sigma, k_psi, k_theta = random.split(rng_key, 3)
-        weights = jnp.asarray(weights)
+        weights = as_weights(weights)
         num_steps, num_states = weights.shape
         num_components = self.max_components
         comp = weights[:, :, None] * jax.nn.one_hot(s, num_components, dtype=weights.dtype)[:, None, :]  # (T, K, L')

@@ -42,6 +42,7 @@ from numpyro_hdphmm._core.validation import (
     is_concrete,
 )
 from numpyro_hdphmm._core import mniw
+from numpyro_hdphmm._core.segments import label_grams
 from numpyro_hdphmm.emissions._data import (
     check_data_spread,
     check_deviation_range,
@@ -212,6 +213,14 @@ class GaussianNIW(EmissionFamily):
             sum_y=jnp.matmul(w.T, z, precision=jax.lax.Precision.HIGHEST),
             sum_yy=jnp.einsum("tk,ti,tj->kij", w, z, z, precision=jax.lax.Precision.HIGHEST),
         )
+
+    def label_statistics(self, x, labels, num_states: int) -> GaussianStats:
+        """:meth:`sufficient_statistics` of hard labels ``labels (T,)`` in ``O(T D^2)``: the per-state
+        Gram matrices of ``[1; z_t]`` (:func:`~numpyro_hdphmm._core.segments.label_grams`), whose
+        corner is the count, first column the sum and the rest the sum of squares."""
+        z = self._whiten(x)
+        grams = label_grams(jnp.concatenate([jnp.ones(z.shape[:-1] + (1,), z.dtype), z], axis=-1), labels, num_states)
+        return GaussianStats(count=grams[:, 0, 0], sum_y=grams[:, 1:, 0], sum_yy=grams[:, 1:, 1:])
 
     def _frame_posterior(self, stats: GaussianStats):
         """NIW posterior in the frame (Murphy 2007 eqs. 250-254 via :func:`numpyro_hdphmm._core.mniw.mniw_posterior`):

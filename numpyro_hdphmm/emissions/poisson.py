@@ -23,6 +23,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
+from numpyro_hdphmm._core.segments import label_counts, label_sums
 from numpyro_hdphmm._core.validation import (
     as_data_array,
     check_float_range,
@@ -182,6 +183,19 @@ class Poisson(EmissionFamily):
         lf = jnp.matmul(weights.T, gammaln(xf + 1.0), precision=HIGHEST).reshape(shape)
         count = jnp.sum(weights, axis=0).reshape((K,) + (1,) * len(self._event_shape))
         return {"count": jnp.broadcast_to(count, shape), "sum": s1, "sum_log_factorial": lf}
+
+    def label_statistics(self, x, labels, num_states: int):
+        """:meth:`sufficient_statistics` of hard labels ``labels (T,)``: segment sums by label
+        (:func:`~numpyro_hdphmm._core.segments.label_sums`), ``O(T)`` per event entry."""
+        dtype = jnp.result_type(x, float)
+        T = jnp.shape(labels)[0]
+        xf = x.astype(dtype).reshape(T, -1)
+        shape = (num_states,) + self._event_shape
+        sums = label_sums(jnp.concatenate([xf, gammaln(xf + 1.0)], axis=-1), labels, num_states)
+        P = xf.shape[-1]
+        count = label_counts(labels, num_states, dtype).reshape((num_states,) + (1,) * len(self._event_shape))
+        return {"count": jnp.broadcast_to(count, shape), "sum": sums[:, :P].reshape(shape),
+                "sum_log_factorial": sums[:, P:].reshape(shape)}
 
     def posterior(self, stats) -> "Poisson":
         """``Gamma(a + sum w y, b + sum w)`` (BDA3 §2.6); batch shape ``(K,)``."""

@@ -28,6 +28,7 @@ from jax import lax
 from numpyro.distributions import constraints
 from numpyro.distributions.util import validate_sample
 
+from numpyro_hdphmm._core.segments import label_counts, label_sums
 from numpyro_hdphmm._core.special import vmf_log_normalizer, vmf_mean_resultant_length
 from numpyro_hdphmm._core.validation import (
     as_data_array,
@@ -340,6 +341,12 @@ class VonMisesFisher(EmissionFamily):
         weights = weights.astype(dtype)
         s = jnp.matmul(weights.T, x.astype(dtype), precision=_HIGHEST)
         return {"count": jnp.sum(weights, axis=0), "sum": s}
+
+    def label_statistics(self, x, labels, num_states: int):
+        """:meth:`sufficient_statistics` of hard labels ``labels (T,)``: a segment sum by label
+        (:func:`~numpyro_hdphmm._core.segments.label_sums`), ``O(T D)``."""
+        dtype = jnp.result_type(x, float)
+        return {"count": label_counts(labels, num_states, dtype), "sum": label_sums(x.astype(dtype), labels, num_states)}
 
     def _resultant(self, stats):
         """``R = kappa_0 mu_0 + kappa sum_t w_t x_t`` : ``(K, D)``."""

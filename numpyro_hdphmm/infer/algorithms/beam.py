@@ -68,7 +68,7 @@ from jax import random
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.slices import draw_slices, extend_sticks, slice_ffbs
 from numpyro_hdphmm._core.slots import compact_states, used_slots
-from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm.emissions.base import OneHot
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit, flatten_time
 from numpyro_hdphmm.infer.moves.global_step import explicit_given_states
 from numpyro_hdphmm.infer.plumbing.adapter import HDPKernel
@@ -129,8 +129,8 @@ def _initial_values(rng_key, states, params, view: ModelView, capacity: int):
     data = view.data
     dtype = jnp.result_type(alpha, float)
     states, _, params, num_used = drop_unused(states, jnp.ones((capacity,), dtype), params, view.emission, data.lengths)
-    weights = state_weights(states, data.valid, capacity, dtype=dtype)
-    params, _ = view.emission.update_parameters(rng_key, flatten_time(data.x), weights.reshape(-1, capacity), params)
+    params, _ = view.emission.update_parameters(rng_key, flatten_time(data.x), OneHot.of_states(states, data.valid, capacity),
+                                                params)
     total = num_used + gamma
     head = jnp.where(used_slots(states, data.lengths, capacity), 1.0 / total, 0.0)
     beta = jnp.concatenate([head, (gamma / total)[None]]).astype(dtype)

@@ -68,11 +68,12 @@ def update_emission_parameters(rng_key, spec: ModelSpec, view: ModelView, emissi
     ``view.column_precision_prior`` set: ``None`` holds them fixed), ``lambda`` is then drawn
     given the new parameters of all ``K`` slots
     (:func:`~numpyro_hdphmm.infer.moves.column_precision.sample_column_precision`).
-    ``x`` time-flattened, ``weights (steps, K)``."""
+    ``x`` time-flattened, ``weights (steps, K)`` or :class:`~numpyro_hdphmm.emissions.OneHot` labels
+    ``(steps,)`` (the families' statistics of hard labels, ``O(steps)`` rather than ``O(steps K)``)."""
     shared = {}
     if spec.hyper.emission_base is not None:
         emission, shared = sample_emission_base(random.fold_in(rng_key, 1), spec, view._replace(emission=emission),
-                                                emission.sufficient_statistics(x, weights))
+                                                emission.statistics(x, weights))
     params, sigma = emission.update_parameters(rng_key, x, weights, params, view.dp_concentration_prior)
     if spec.hyper.column_precision is not None and view.column_precision_prior is not None:
         shared = {**shared, spec.hyper.column_precision: sample_column_precision(

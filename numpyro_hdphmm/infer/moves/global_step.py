@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_hdphmm._core import crp
-from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm.emissions.base import OneHot
 from numpyro_hdphmm.infer.contract import Explicit, flatten_time
 from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
@@ -72,9 +72,9 @@ def explicit_given_states(k_theta, k_global, spec: ModelSpec, view: ModelView, s
     values of the hyperparameter sites with exact updates among them."""
     capacity = spec.capacity
     data = view.data
-    weights = state_weights(states, data.valid, capacity, dtype=beta.dtype)
+    labels = OneHot.of_states(states, data.valid, capacity)  # hard labels: the families' O(T) statistics
     params, sigma, shared = update_emission_parameters(k_theta, spec, view, view.emission, flatten_time(data.x),
-                                                       weights.reshape(-1, capacity), params)
+                                                       labels, params)
     draw = crp.sample_global(k_global, states, data.lengths, beta, view.hyper, view.priors, weak_limit=weak_limit,
                              hyperparameters=spec.hyperparameters, **global_options)
     hyper = {**hyper_site_values(spec, draw.hyper, sigma if spec.hyper.dp_concentration else None), **shared}

@@ -63,7 +63,7 @@ from numpyro_hdphmm._core import crp, hsmm, phases
 from numpyro_hdphmm._core import random as draws
 from numpyro_hdphmm._core.slots import used_slots
 from numpyro_hdphmm.distributions import safe_log
-from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm.emissions.base import OneHot
 from numpyro_hdphmm.infer.contract import Explicit, flatten_time
 from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.moves.global_step import hyper_site_values
@@ -367,9 +367,9 @@ def semi_markov_sweep(rng_key, state: Explicit, spec: ModelSpec, view: ModelView
     ffbs_ok = jnp.all(ok)
     states = jnp.where(ffbs_ok, new_states, state.states)
     # 2. emission parameters
-    weights = state_weights(states, data.valid, capacity, dtype=state.beta.dtype)
+    labels = OneHot.of_states(states, data.valid, capacity)  # hard labels: the families' O(T) statistics
     params, sigma, shared = update_emission_parameters(k_theta, spec, view, emission, flatten_time(data.x),
-                                                       weights.reshape(-1, capacity), state.params)
+                                                       labels, state.params)
     # 3. duration parameters (a family whose parameters are the user's sites: the inner kernel's)
     extra = dict(state.extra)
     accept = jnp.array(jnp.nan, state.beta.dtype)

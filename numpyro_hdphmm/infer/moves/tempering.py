@@ -60,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
+from numpyro_hdphmm.emissions.base import OneHot, as_weights
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.moves.global_step import concentrations_of_sites
@@ -89,12 +90,22 @@ class PoweredLikelihood:
         return self.power * self.family.log_likelihoods(x, params)
 
     def sufficient_statistics(self, x, weights):
-        """The family's statistics with weights ``b weights``."""
-        return self.family.sufficient_statistics(x, self.power * weights)
+        """The family's statistics with weights ``b weights`` (hard labels, :class:`~numpyro_hdphmm.emissions.OneHot`,
+        as their one-hot matrix: scaled weights are not one-hot)."""
+        return self.family.sufficient_statistics(x, self.power * as_weights(weights))
+
+    def statistics(self, x, weights):
+        """:meth:`sufficient_statistics` of a weight matrix or of hard labels (both scaled by ``b``)."""
+        return self.sufficient_statistics(x, weights)
+
+    def label_statistics(self, x, labels, num_states):
+        """The statistics of the hard labels' one-hot matrix scaled by ``b``."""
+        return self.sufficient_statistics(x, OneHot(labels, num_states))
 
     def update_parameters(self, rng_key, x, weights, params, concentration_prior=None):
-        """The family's conditional draw given the weights ``b weights`` (the tempered conditional)."""
-        return self.family.update_parameters(rng_key, x, self.power * weights, params, concentration_prior)
+        """The family's conditional draw given the weights ``b weights`` (the tempered conditional;
+        hard labels as their one-hot matrix)."""
+        return self.family.update_parameters(rng_key, x, self.power * as_weights(weights), params, concentration_prior)
 
     def __getattr__(self, name):
         if name in ("family", "power"):  # not yet set (copy, pickle)

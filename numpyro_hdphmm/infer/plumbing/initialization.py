@@ -53,7 +53,8 @@ from numpyro import handlers
 
 from numpyro_hdphmm._core import crp
 from numpyro_hdphmm._core.clustering import hmm_bic, kmeans, merge_mixture, window_sum
-from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm._core.segments import label_counts
+from numpyro_hdphmm.emissions.base import OneHot
 from numpyro_hdphmm.infer.moves.emission_base import update_emission_parameters
 from numpyro_hdphmm.infer.moves.semi_markov import sample_hdp_layer, sample_semi_markov_rows
 from numpyro_hdphmm.infer.moves.slds import observation_parameters
@@ -222,9 +223,9 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
     x_flat = jax.tree_util.tree_map(lambda a: a.reshape((num_seq * num_steps,) + a.shape[2:]), data.x)
 
     def refine(i, states):
-        weights = state_weights(states, valid, capacity, dtype=f.dtype)
-        used = jnp.sum(weights, (0, 1)) > 0
-        theta, _ = emission.update_parameters(random.fold_in(k_refine, i), x_flat, weights.reshape(-1, capacity), params)
+        hard = OneHot.of_states(states, valid, capacity)
+        used = label_counts(hard.labels, capacity, f.dtype) > 0
+        theta, _ = emission.update_parameters(random.fold_in(k_refine, i), x_flat, hard, params)
         log_lik = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(data.x, theta)
         log_lik = jnp.where(valid[..., None], log_lik, 0.0)
         summed = jnp.stack([window_sum(log_lik, window) for window in windows])[best]
@@ -256,10 +257,10 @@ def labelling_score(view, labels, num_labels: int, features, feature_weights):
     ``feature_weights`` (:func:`~numpyro_hdphmm._core.clustering.hmm_bic`).  Returns a scalar."""
     emission, data = view.emission, view.data
     dtype = features.dtype
-    weights = state_weights(labels, data.valid, num_labels, dtype=dtype)  # (N, T, C)
+    hard = OneHot.of_states(labels, data.valid, num_labels)  # the families' O(T) statistics of hard labels
     x_flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), data.x)
     try:
-        marginal = emission.log_marginal_likelihood(emission.sufficient_statistics(x_flat, weights.reshape(-1, num_labels)))
+        marginal = emission.log_marginal_likelihood(emission.statistics(x_flat, hard))
     except NotImplementedError:
         return hmm_bic(features, feature_weights, data.valid, labels, num_labels)
     in_sequence = jnp.arange(labels.shape[1]) < data.lengths[:, None]
@@ -305,8 +306,7 @@ def states_given(rng_key, spec, view, start, *, given_params: bool = False, give
     states = start.states
     params = start.params
     if view.emission.owns_parameters and not given_params:
-        dtype = jnp.result_type(start.beta.dtype, float)
-        weights = state_weights(states, data.valid, capacity, dtype=dtype).reshape(-1, capacity)
+        weights = OneHot.of_states(states, data.valid, capacity)  # hard labels: the families' O(T) statistics
         x_flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), data.x)
         base_spec = spec if not given_base else spec._replace(hyper=spec.hyper._replace(emission_base=None))
         # concentrations and ARD column precisions held fixed

@@ -83,6 +83,36 @@ __all__ = [
 ]
 
 
+#: the whitened residuals of :meth:`AutoRegressive.log_likelihoods` per block of steps on a CPU
+LIKELIHOOD_BLOCK_SIZE = 2 ** 19
+
+
+def _likelihood_block(num_steps: int, width: int) -> int:
+    """Steps per block of :meth:`AutoRegressive.log_likelihoods` (``width = K D``, the residuals of a
+    step) and :meth:`AutoRegressive.pointwise_log_likelihood` (``width = D (m + D)``, a step's
+    gathered operator): all of them off a CPU or when ``T width`` is at most
+    :data:`LIKELIHOOD_BLOCK_SIZE` numbers, else a power of two from 64 up with at most that many per
+    block (e.g. 512 steps for ``K D = 1000``)."""
+    if jax.default_backend() != "cpu" or num_steps * width <= LIKELIHOOD_BLOCK_SIZE:
+        return num_steps
+    block = 64
+    while 2 * block * width <= LIKELIHOOD_BLOCK_SIZE:
+        block *= 2
+    return block
+
+
+def _in_blocks(fn, arrays, block: int):
+    """``fn(*arrays)`` over the leading (time) axis in blocks of ``block`` steps (``lax.map``, the
+    last block padded with zeros), or at once when ``block`` covers them."""
+    num_steps = arrays[0].shape[0]
+    if block >= num_steps:
+        return fn(*arrays)
+    pad = (-num_steps) % block
+    blocks = [jnp.pad(a, ((0, pad),) + ((0, 0),) * (a.ndim - 1)).reshape((-1, block) + a.shape[1:]) for a in arrays]
+    out = jax.lax.map(lambda b: fn(*b), tuple(blocks))
+    return out.reshape((-1,) + out.shape[2:])[:num_steps]
+
+
 class ARInputs(NamedTuple):
     """The model's view of one sequence: targets ``y (T, D)`` and regressors ``regressor (T, m)``."""
 
@@ -426,15 +456,58 @@ class AutoRegressive(EmissionFamily):
         return mniw.mniw_log_density(self._to_centred(params["A"]), params["cov"], *self._hyper())
 
     # ------------------------------------------------------------------ likelihood
-    def log_likelihoods(self, x, params) -> jax.Array:
-        """``(T, K)`` log densities ``log N(y_t | A_k x_t, cov_k)`` (one small triangular inverse per state, then a matrix product)."""
+    def _whitening(self, params):
+        """``(W (K, D, m + D), log|cov_k| (K,))`` with ``W_k = L_k^{-1} [-A_k, I]``: ``W_k [x_t; y_t] =
+        L_k^{-1} (y_t - A_k x_t)``, the whitened residual (``L_k`` the Cholesky factor of ``cov_k``;
+        one small triangular inverse per state)."""
         chol = mniw.cholesky(params["cov"])  # (K, D, D)
-        mean = jnp.einsum("kdm,tm->kdt", params["A"], x.regressor)  # (K, D, T)
-        diff = x.y.T[None] - mean
-        z = mniw.whiten(chol, diff)
-        maha = jnp.sum(z * z, axis=-2)
-        ll = -0.5 * maha - 0.5 * mniw.logdet_from_cholesky(chol)[:, None] - 0.5 * self.dim * mniw.LOG_2PI
-        return ll.T
+        A = params["A"]
+        D = A.shape[-2]
+        eye = jnp.broadcast_to(jnp.eye(D, dtype=chol.dtype), chol.shape)
+        inv = jax.scipy.linalg.solve_triangular(chol, eye, lower=True)
+        W = jnp.concatenate([-jnp.matmul(inv, A, precision=jax.lax.Precision.HIGHEST), inv], axis=-1)
+        return W, mniw.logdet_from_cholesky(chol)
+
+    def log_likelihoods(self, x, params) -> jax.Array:
+        """``(T, K)`` log densities ``log N(y_t | A_k x_t, cov_k)``.
+
+        The whitened residual of every state is one linear map of the step's ``[x_t; y_t]``
+        (:meth:`_whitening`), so all states' residuals are one ``(T, m + D) x (m + D, K D)`` matrix
+        product, followed by the sum of squares over ``D``.  On a CPU, when the ``(T, K D)``
+        residuals are large, the product runs in blocks of steps whose residuals stay in cache
+        (:func:`_likelihood_block`; measured on 2 cores, ``T = 10^5``, ``K = 100``, ``D = 10``,
+        ``m = 31``, float32: 0.16 s against 0.68 s for the means ``A_k x_t``, the differences and
+        their whitening as three ``(K, D, T)`` arrays)."""
+        W, logdet = self._whitening(params)
+        K, D, n = W.shape[-3:]
+        W = W.reshape(K * D, n).T  # (m + D, K D)
+        z = jnp.concatenate([x.regressor, x.y], axis=-1).astype(W.dtype)  # (T, m + D)
+
+        def maha(rows):
+            e = jnp.matmul(rows, W, precision=jax.lax.Precision.HIGHEST).reshape(rows.shape[0], K, D)
+            return jnp.sum(e * e, axis=-1)
+
+        q = _in_blocks(maha, (z,), _likelihood_block(z.shape[0], K * D))
+        return -0.5 * q - 0.5 * logdet - 0.5 * self.dim * mniw.LOG_2PI
+
+    def pointwise_log_likelihood(self, y, params, states) -> jax.Array:
+        """``log N(y_t | A_{z_t} x_t, cov_{z_t})`` for one sequence, ``(T,)``, 0 at missing steps: each
+        step's own state only (its whitening operator gathered, :meth:`_whitening`), ``O(T D (m + D))``
+        rather than the ``O(T K D (m + D))`` of :meth:`log_likelihoods`; in blocks of steps on a CPU
+        (:func:`_likelihood_block`)."""
+        x, valid = self.prepare(y)
+        W, logdet = self._whitening(params)
+        D, n = W.shape[-2:]
+        z = jnp.concatenate([x.regressor, x.y], axis=-1).astype(W.dtype)
+        states = jnp.asarray(states)
+
+        def maha(rows, s):
+            e = jnp.einsum("tdn,tn->td", W[s], rows, precision=jax.lax.Precision.HIGHEST)
+            return jnp.sum(e * e, axis=-1)
+
+        q = _in_blocks(maha, (z, states), _likelihood_block(z.shape[0], D * n))
+        ll = -0.5 * q - 0.5 * logdet[states] - 0.5 * self.dim * mniw.LOG_2PI
+        return jnp.where(valid, ll, 0.0)
 
     def sample_observations(self, rng_key, params, states) -> jax.Array:
         """Generate ``y (T, D)`` sequentially with ``lax.scan`` from the presample values (``center``):

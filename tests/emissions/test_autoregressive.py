@@ -123,9 +123,17 @@ def test_masked_steps_ignore_data_but_feed_regressors(rng):
 
 
 # ---------------------------------------------------------------------------- densities
-def test_log_likelihoods_match_scipy(rng):
+@pytest.mark.parametrize("blocks", [False, True])
+def test_log_likelihoods_match_scipy(rng, blocks, monkeypatch):
+    """``blocks``: the CPU path that computes the residuals in blocks of steps (forced here by a
+    small block size: 64-step blocks, the last one padded)."""
+    from numpyro_hdphmm.emissions import autoregressive
+
+    if blocks:
+        monkeypatch.setattr(autoregressive, "LIKELIHOOD_BLOCK_SIZE", 64 * 6)
+        assert autoregressive._likelihood_block(150, 6) == 64 or jax.default_backend() != "cpu"
     fam = _family(rng, 2, order=2)
-    K, T = 3, 30
+    K, T = 3, 150 if blocks else 30
     A = rng.normal(size=(K, 2, 5)) * 0.3
     cov = np.stack([_spd(rng, 2) for _ in range(K)])
     y = rng.normal(size=(T, 2))
@@ -136,6 +144,17 @@ def test_log_likelihoods_match_scipy(rng):
         [[st.multivariate_normal(A[k] @ X[t], cov[k]).logpdf(y[t]) for k in range(K)] for t in range(T)]
     )
     np.testing.assert_allclose(ll, ref, rtol=1e-10)
+    # the pointwise density of each step's own state (gathered, not the (T, K) matrix), 0 at missing
+    # steps: the missing row and the p = 2 rows after it (their regressors are unknown)
+    states = rng.integers(0, K, size=T)
+    y_bad = y.copy()
+    y_bad[7] = np.nan
+    pw = np.asarray(jax.jit(fam.pointwise_log_likelihood)(jnp.asarray(y_bad), {"A": A, "cov": cov}, states))
+    x_bad, valid = fam.prepare(jnp.asarray(y_bad))
+    want = np.where(valid, np.asarray(fam.log_likelihoods(x_bad, {"A": A, "cov": cov}))[np.arange(T), states], 0.0)
+    assert not valid[7:10].any() and valid[10:].all()
+    np.testing.assert_allclose(pw, want, rtol=1e-10)
+    np.testing.assert_allclose(pw[:7], ref[np.arange(7), states[:7]], rtol=1e-10)
 
 
 def test_log_prior_matches_scipy(rng):

@@ -11,7 +11,7 @@
   for an in-place build.
 - ``--dynamax PYTHON``: dynamax's ``hmm_posterior_sample`` against our FFBS (sequential), T x K grid,
   alternated configuration by configuration.
-- jax-moseq: no worker yet (see ``benchmarks/README.md``).
+- jax-moseq: its own runners, ``benchmarks/slds_vs_jax_moseq.py`` and ``benchmarks/arhmm_vs_jax_moseq.py``.
 
 Results: ``benchmarks/results/peers.json``, the input of the summary table of ``docs/benchmarks.md``.
 

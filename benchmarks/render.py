@@ -64,7 +64,8 @@ the peer's Python, JSON lines), alternating blocks of sweeps with ours so that b
 load.  Scripts: `python -m benchmarks.peers --pyhsmm VENV/bin/python` (pyhsmm built by the recipe in
 the project's shared bench folder; `--dynamax PYTHON` for dynamax's FFBS) and
 `python -m benchmarks.slds_vs_jax_moseq --moseq-python VENV/bin/python` (the HDP-SLDS sweep against
-jax-moseq's; its set-up in the script's docstring).
+jax-moseq's; its set-up in the script's docstring) and `python -m benchmarks.arhmm_vs_jax_moseq
+--moseq-python VENV/bin/python` (the HDP-AR-HMM sweep against jax-moseq's AR-HMM).
 """),
     ("reproductions", "Paper reproductions", """
 The papers' experiments rerun with the package's kernels: Fox et al. (experiments A and B, motion
@@ -85,8 +86,8 @@ PEER_NOTES = {
     "pyhsmm": "its Cython/Eigen weak-limit sampler (`WeakLimitStickyHDPHMM`); it has no other HDP-HMM kernel",
     "dynamax": "`hmm_posterior_sample` (FFBS); dynamax has no HDP-HMM sampler",
     "jax-moseq": "its SLDS Gibbs sweep (`jax_moseq.models.slds.resample_model`) against `WeakLimitGibbs` on "
-                 "`nh.HDPSLDS`, in its own environment; its AR-HMM sweep against `WeakLimitGibbs` with "
-                 "`AutoRegressive` emissions is not run yet",
+                 "`nh.HDPSLDS`, and its AR-HMM sweep (`jax_moseq.models.arhmm.resample_model`) against "
+                 "`WeakLimitGibbs` on `nh.StickyHDPHMM` with `AutoRegressive` emissions, in its own environment",
 }
 
 

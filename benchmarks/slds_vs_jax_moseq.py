@@ -68,7 +68,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +78,9 @@ from .harness.models import REPO
 from .harness.peers import Worker
 from .harness.results import blocks_from_markdown, command_line, save, table
 from .harness.results import text as text_block
+from .harness.side_by_side import (add_ratios, alternate, ar_log_joint, checked, comparisons as side_comparisons,
+                                   contender_order, load_range, precision, ratio_line as side_ratio_line, summarize,
+                                   uptime)
 
 QUESTION = "peers"
 TITLE = "HDP-SLDS sweep side by side with jax-moseq"
@@ -148,37 +150,15 @@ def make_data(T: int, seed: int = 0, D: int = 4, P: int = 10, modes: int = 5, no
 def common_log_joint(y, Cd, st, nlags=1) -> dict:
     """The driver's own log joint of one side's state ``st`` (module docstring), numpy float64:
     ``Ab (K, D, D r + 1)`` with the lags oldest first (jax-moseq's order), ``z`` the modes of the
-    steps ``r, ..., T - 1``."""
-    x, z = np.asarray(st["x"], float), np.asarray(st["z"], int)
-    Ab, Q, pi, R = (np.asarray(st[k], float) for k in ("Ab", "Q", "pi", "R"))
+    steps ``r, ..., T - 1``; the dynamics and modes terms by :func:`~benchmarks.harness.side_by_side.ar_log_joint`."""
+    x = np.asarray(st["x"], float)
+    R = np.asarray(st["R"], float)
     D = x.shape[1]
     C, d = Cd[:, :D], Cd[:, D]
     resid = y - x @ C.T - d
     obs = -0.5 * np.sum(resid ** 2 / R + np.log(2 * np.pi * R))
-    dyn = 0.0
-    for k in np.unique(z):
-        t = np.nonzero(z == k)[0] + nlags                  # z[i] is the mode of step i + r
-        lags = np.concatenate([x[t - nlags + j] for j in range(nlags)], axis=1)  # oldest first
-        e = x[t] - lags @ Ab[k, :, :D * nlags].T - Ab[k, :, D * nlags]
-        L = np.linalg.cholesky(Q[k])
-        u = np.linalg.solve(L, e.T)
-        dyn += -0.5 * np.sum(u * u) - len(t) * (np.sum(np.log(np.diag(L))) + 0.5 * D * np.log(2 * np.pi))
-    modes = np.sum(np.log(np.maximum(pi[z[:-1], z[1:]], np.finfo(float).tiny)))
-    return {"obs": float(obs), "dyn": float(dyn), "modes": float(modes), "total": float(obs + dyn + modes)}
-
-
-def uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "load average: %.2f, %.2f, %.2f" % os.getloadavg()
-
-
-def checked(worker: Worker, **request) -> dict:
-    reply = worker.call(**request)
-    if "error" in reply:
-        raise RuntimeError(f"{worker.name} worker, {request['cmd']}: {reply['error']}\n{reply.get('traceback', '')}")
-    return reply
+    ar = ar_log_joint(x, st["z"], st["Ab"], st["Q"], st["pi"], nlags)
+    return {"obs": float(obs), "dyn": ar["dyn"], "modes": ar["modes"], "total": float(obs + ar["dyn"] + ar["modes"])}
 
 
 def run_size(T, args, data_dir, log):
@@ -202,16 +182,8 @@ def run_size(T, args, data_dir, log):
                 workers[name] = Worker("hdphmm_slds", python=sys.executable, path=path,
                                        env={"JAX_ENABLE_X64": "1" if prec == "f64" else "0"})
                 setups[name] = checked(workers[name], cmd="setup", Cd=Cd.tolist(), noise="pinned", **hyper)
-        times = {name: [] for name in workers}
-        loads = []
-        order = [n for n in workers if n != "jax-moseq"]
-        order = [order[0], "jax-moseq", *order[1:]]
-        for b in range(args.blocks):
-            for name in order:
-                loads.append({"block": b, "side": name, "uptime": uptime()})
-                times[name].append(checked(workers[name], cmd="run")["s"] / args.sweeps)
-            log(f"T={T}: block {b + 1}/{args.blocks}: " + ", ".join(f"{n} {1e3 * times[n][-1]:.1f} ms" for n in order)
-                + f" ({uptime()})")
+        order = contender_order(list(workers))
+        times, loads = alternate(workers, order, args.blocks, args.sweeps, log, f"T={T}")
         states = {name: checked(w, cmd="state") for name, w in workers.items()}
         profile = None
         if args.profile:
@@ -227,23 +199,11 @@ def run_size(T, args, data_dir, log):
     out = {"T": T, "P": int(data["y"].shape[1]), "D": 4, "K": args.states, "nlags": args.nlags, "sweeps_per_block": args.sweeps,
            "blocks": args.blocks, "sides": {}, "loads": loads, "profile": profile}
     for name in order:
-        sec = float(np.median(times[name]))
-        s = setups[name]
-        if name == "jax-moseq":
-            compile_s = s["first_s"] + s["warm_s"] - args.sweeps * sec
-        else:
-            compile_s = s["compile_s"] + max(s["first_s"] - args.sweeps * sec, 0.0)
         lj = common_log_joint(data["y"], Cd, states[name], args.nlags)
-        out["sides"][name] = {"s_per_sweep": times[name], "median_s": sec, "min_s": float(np.min(times[name])),
-                              "init_s": s["init_s"], "compile_s": compile_s, "setup": {k: v for k, v in s.items()
-                                                                                       if k != "Cd"},
-                              "log_joint": lj, "own": states[name]["own"], "num_states": states[name]["num_states"],
+        out["sides"][name] = {**summarize(name, times[name], setups[name], args.sweeps), "log_joint": lj,
+                              "own": states[name]["own"], "num_states": states[name]["num_states"],
                               "R_mean": float(np.mean(states[name]["R"]))}
-    theirs = out["sides"]["jax-moseq"]
-    for name in order:
-        side = out["sides"][name]
-        side["ratio"] = side["median_s"] / theirs["median_s"]
-        side["block_ratios"] = [a / b for a, b in zip(side["s_per_sweep"], theirs["s_per_sweep"])]
+    add_ratios(out["sides"])
     return out
 
 
@@ -277,40 +237,15 @@ def render(results) -> str:
     return md, cols, rows
 
 
-def precision(side: str) -> str:
-    """The float type a contender ran in: jax-moseq always float64; ours and before by their suffix."""
-    return "float64" if side == "jax-moseq" or side.endswith("f64") else "float32"
-
-
-def load_range(loads) -> str:
-    """``"lo-hi"`` of the 1-minute load averages recorded before the blocks."""
-    values = [float(ld["uptime"].split("load average:")[-1].split(",")[0]) for ld in loads]
-    return f"{min(values):.1f}-{max(values):.1f}" if values else "not recorded"
-
-
 def ratio_line(results) -> str:
     """One sentence per size: each of our contenders' median time per sweep over jax-moseq's."""
-    parts = []
-    for res in results:
-        ratios = ", ".join(f"{name} {side['ratio']:.2f}" for name, side in res["sides"].items() if name != "jax-moseq")
-        parts.append(f"T = {res['T']}: {ratios}")
-    return "Ours / jax-moseq, median time per sweep (below 1: ours faster; 0.5: twice as fast): " + "; ".join(parts) + "."
+    return side_ratio_line(results, lambda res: f"T = {res['T']}")
 
 
 def comparisons(results, states) -> list:
     """The summary table's rows: each of our precisions against jax-moseq, minimum and median ms per sweep."""
-    out = []
-    for res in results:
-        theirs = res["sides"]["jax-moseq"]
-        for name, side in res["sides"].items():
-            if not name.startswith("ours"):
-                continue
-            for statistic, key in (("minimum", "min_s"), ("median", "median_s")):
-                out.append({"kernel": "WeakLimitGibbs (HDP-SLDS)", "peer": "jax-moseq",
-                            "config": f"T = {res['T']}, K = {states}, ours {precision(name)}",
-                            "ours_ms": round(1e3 * side[key], 1), "peer_ms": round(1e3 * theirs[key], 1),
-                            "ratio": round(theirs[key] / side[key], 2), "statistic": statistic})
-    return out
+    return side_comparisons(results, "WeakLimitGibbs (HDP-SLDS)",
+                            lambda res, name: f"T = {res['T']}, K = {states}, ours {precision(name)}")
 
 
 def main(argv=None):

@@ -9,6 +9,10 @@ the peer's Python and talks to it in JSON lines (one request, one reply).  (A wo
 - ``workers/pyhsmm_worker.py``: ``setup`` (data ``.npz``, ``L``, ``seed``, ``warmup``), ``run`` (``n``
   sweeps, per-sweep seconds), ``chain`` (a chain's final states).
 - ``workers/dynamax_worker.py``: ``ffbs`` (``T``, ``K``, ``repeats``: ms per ``hmm_posterior_sample``).
+- ``workers/jax_moseq_slds_worker.py``, ``workers/jax_moseq_arhmm_worker.py`` and our sides
+  ``workers/hdphmm_slds_worker.py``, ``workers/hdphmm_arhmm_worker.py``: ``setup``, ``run``, ``state``
+  (``profile`` on ours), driven by :mod:`benchmarks.harness.side_by_side`; they share the loop of
+  ``workers/_protocol.py``.
 """
 
 from __future__ import annotations

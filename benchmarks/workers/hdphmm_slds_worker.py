@@ -15,10 +15,7 @@ JSON-lines protocol on stdin / stdout (one request, one reply), the same as the 
 The per-sweep time is that of the kernel's ``sample`` in a compiled ``lax.fori_loop`` (as
 ``MCMC.run`` runs its sweeps, without NumPyro's per-sample collection); see the driver's docstring.
 """
-import json
-import sys
 import time
-from importlib.metadata import version
 
 import jax
 import jax.numpy as jnp
@@ -26,13 +23,10 @@ import numpy as np
 import numpyro
 
 import numpyro_hdphmm as nh
+from _protocol import serve, versions
 
-VERSIONS = {"jax": jax.__version__, "numpyro": numpyro.__version__, "x64": bool(jax.config.jax_enable_x64)}
-for _name in ("numpyro-hdphmm", "jaxlib"):
-    try:
-        VERSIONS[_name] = version(_name)
-    except Exception:  # noqa: BLE001
-        pass
+VERSIONS = versions(("numpyro-hdphmm", "jaxlib"), jax=jax.__version__, numpyro=numpyro.__version__,
+                    x64=bool(jax.config.jax_enable_x64))
 
 S = {}
 
@@ -204,16 +198,4 @@ def profile(msg):
     return out
 
 
-for line in sys.stdin:
-    msg = json.loads(line)
-    cmd = msg["cmd"]
-    if cmd == "quit":
-        break
-    try:
-        out = {"setup": setup, "run": run, "state": state, "profile": profile}[cmd](msg)
-    except Exception as err:  # noqa: BLE001 - the driver reports it
-        import traceback
-
-        out = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+serve({"setup": setup, "run": run, "state": state, "profile": profile})

@@ -17,22 +17,15 @@ JSON-lines protocol on stdin / stdout (one request, one reply), the same as ``hd
       package runs them, blocked at the end}
   {"cmd": "state"} -> the chain's current state (common names) and jax-moseq's own log likelihoods.
 """
-import json
-import sys
 import time
-from importlib.metadata import version
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _protocol import serve, versions
 from jax_moseq.models import slds
 
-VERSIONS = {"jax": jax.__version__, "x64": bool(jax.config.jax_enable_x64)}
-for _name in ("jax-moseq", "jaxlib", "dynamax"):
-    try:
-        VERSIONS[_name] = version(_name)
-    except Exception:  # noqa: BLE001
-        pass
+VERSIONS = versions(("jax-moseq", "jaxlib", "dynamax"), jax=jax.__version__, x64=bool(jax.config.jax_enable_x64))
 
 S = {}
 
@@ -104,16 +97,4 @@ def state(msg):
     }
 
 
-for line in sys.stdin:
-    msg = json.loads(line)
-    cmd = msg["cmd"]
-    if cmd == "quit":
-        break
-    try:
-        out = {"setup": setup, "run": run, "state": state}[cmd](msg)
-    except Exception as err:  # noqa: BLE001 - the driver reports it
-        import traceback
-
-        out = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+serve({"setup": setup, "run": run, "state": state})

@@ -254,10 +254,11 @@ class LinearGaussianObservation:
         return x @ C.T + d + eps @ chol.T
 
     # ------------------------------------------------------------------ conditional update
-    def impute(self, rng_key, params, x, y):
+    def impute(self, rng_key, params, x, y, power=1.0):
         """The missing dimensions of ``y (T, P)`` drawn from their conditional given the observed
         ones, ``x (T, D)`` and ``R`` (observed values kept): with ``L = R^{-1}`` and ``u`` the
-        missing mask, ``y_u ~ N(mu_u - L_uu^{-1} L_uo (y_o - mu_o), L_uu^{-1})``."""
+        missing mask, ``y_u ~ N(mu_u - L_uu^{-1} L_uo (y_o - mu_o), L_uu^{-1} / power)`` (``power``
+        ``b > 0``: the conditional under the tempered density ``N(y | mu, R)^b``, :meth:`update`)."""
         C, d = self.loading(params)
         R = self.noise_cov(params)
         mean = x @ C.T + d
@@ -272,17 +273,22 @@ class LinearGaussianObservation:
             rhs = -(prec * um[:, None] * (1.0 - um)[None, :]) @ resid
             chol = jnp.linalg.cholesky(mniw.symmetrize(lam))
             delta = mniw.cho_solve(chol, rhs[:, None])[:, 0] + jax.scipy.linalg.solve_triangular(
-                chol, e, lower=True, trans=1)
+                chol, e, lower=True, trans=1) / jnp.sqrt(power)
             return jnp.where(u, mu + delta, yt)
 
         return jax.vmap(one)(mean, y, missing, eps)
 
-    def update(self, rng_key, params, x, y, valid) -> Dict[str, jax.Array]:
+    def update(self, rng_key, params, x, y, valid, power=None) -> Dict[str, jax.Array]:
         """The parameters drawn from their conditional given the latent paths ``x (N, T, D)``, the
         observations ``y (N, T, P)`` (NaN: missing, imputed first: :meth:`impute`) and ``valid (N,
         T)`` (the steps inside the sequences).  Fixed ``C``: ``R ~ IW(df + n, scale + sum e e^T)``
         with ``e = y - C x - d`` (per dimension for diagonal noise); learned ``C``: the MNIW
-        posterior of the regression of ``y_t`` on ``[x_t; 1]`` (per row for diagonal noise)."""
+        posterior of the regression of ``y_t`` on ``[x_t; 1]`` (per row for diagonal noise).
+
+        With ``power`` (a scalar ``b`` in ``[0, 1]``, may be traced) the conditional of the tempered
+        target ``p(C, R) prod_t N(y_t,o | C x_t + d, R_oo)^b`` instead (:meth:`tempered_update`)."""
+        if power is not None:
+            return self.tempered_update(rng_key, params, x, y, valid, power)
         k_imp, k_draw = random.split(rng_key)
         N, T = valid.shape
         keys = random.split(k_imp, N)
@@ -319,6 +325,91 @@ class LinearGaussianObservation:
 
         C, r = jax.vmap(row)(random.split(k_draw, self.obs_dim), ys.T, self.loc, self._diag_scale())
         return {"C": C.astype(dtype), "R": r.astype(dtype)}
+
+    def tempered_update(self, rng_key, params, x, y, valid, power) -> Dict[str, jax.Array]:
+        r"""The parameters drawn given ``x, y, valid`` (as :meth:`update`) from the tempered
+        conditional ``p(C, R) prod_t N(y_t,o | C x_t + d, R_oo)^b`` (replica exchange: the
+        observation likelihood raised to ``b = power``; ``b = 0`` is the prior draw).
+
+        ``N(y | mu, R)^b`` is ``N(y | mu, R / b)`` up to a factor ``|R|^{(1-b)/2}`` (times constants), so
+        a tempered Gaussian likelihood is the conjugate one with its statistics weighted by ``b``:
+
+        * **Diagonal noise**: each dimension is its own regression; an observed entry has weight
+          ``b``, a missing one weight 0 (its factor integrates to one).
+        * **Full noise**: a fully observed step has weight ``b``, a step with no observed entry weight 0.
+          A step with some entries missing ``u`` (observed ``o``) completes them by data augmentation
+          at the tempered law, ``y_u ~ N(mu_u + R_uo R_oo^{-1} (y_o - mu_o), S / b)`` with ``S = R_uu -
+          R_uo R_oo^{-1} R_ou``, and has weight ``b``.  Since ``int N(y | mu, R)^b dy_u =
+          N(y_o | mu_o, R_oo)^b |S|^{(1-b)/2}`` (up to constants), the completed target carries the
+          factor ``g(R) = prod_t |S_t|^{-(1-b)/2}`` over those steps: the draw from the weighted
+          conjugate conditional is a Metropolis-Hastings independence proposal accepted with
+          probability ``min(1, g(R') / g(R))`` (always at ``b = 1``, where this is :meth:`update`'s law).
+        """
+        k_imp, k_draw, k_accept = random.split(rng_key, 3)
+        dtype = self.scale.dtype
+        b = jnp.asarray(power, y.dtype)
+        P = self.obs_dim
+        observed = ~jnp.isnan(y) & valid[..., None]  # (N, T, P)
+        xs = x.reshape(-1, self.latent_dim)
+        C, d = self.loading(params)
+        if self.noise == "diagonal":
+            W = b * observed.reshape(-1, P).astype(y.dtype)  # (NT, P): entry weights
+            ys = jnp.where(observed, y, 0.0).reshape(-1, P)
+            if not self.learned:
+                resid = ys - xs @ self.C.T - self.offset
+                R = dist.InverseGamma(0.5 * (self.df + jnp.sum(W, 0)),
+                                      0.5 * (self._diag_scale() + jnp.sum(W * resid * resid, 0))).sample(k_draw)
+                return {"R": R.astype(dtype)}
+            reg = jnp.concatenate([xs, jnp.ones((xs.shape[0], 1), xs.dtype)], axis=-1)
+
+            def row(key, yi, wi, loc_i, s_ii):
+                st = mniw.MNIWStats(jnp.sum(wi), jnp.einsum("t,ti,tj->ij", wi, reg, reg),
+                                    jnp.einsum("t,t,tj->j", wi, yi, reg)[None], jnp.sum(wi * yi * yi)[None, None])
+                post = mniw.mniw_posterior(loc_i[None], self.col_precision, self.df, s_ii[None, None], st)
+                c, r = mniw.mniw_sample(key, *post, ())
+                return c[0], r[0, 0]
+
+            Cn, r = jax.vmap(row)(random.split(k_draw, P), ys.T, W.T, self.loc, self._diag_scale())
+            return {"C": Cn.astype(dtype), "R": r.astype(dtype)}
+        # full noise: steps with some entries missing completed at the tempered law, then an MH correction
+        safe = jnp.where(b > 0, b, 1.0)
+        N = valid.shape[0]
+        filled = jax.vmap(self.impute, in_axes=(0, None, 0, 0, None))(random.split(k_imp, N), params, x, y, safe)
+        any_obs = jnp.any(observed, -1).reshape(-1)
+        partial = any_obs & ~jnp.all(observed, -1).reshape(-1)  # inside, some entries observed, some missing
+        w = b * any_obs.astype(y.dtype)
+        ys = filled.reshape(-1, P)
+        if not self.learned:
+            resid = ys - xs @ self.C.T - self.offset
+            S = jnp.einsum("t,ti,tj->ij", w, resid, resid)
+            proposal = {"R": mniw.sample_inverse_wishart(k_draw, self.df + jnp.sum(w), self.scale + S, ())}
+        else:
+            reg = jnp.concatenate([xs, jnp.ones((xs.shape[0], 1), xs.dtype)], axis=-1)
+            stats = jax.tree_util.tree_map(lambda a: a[0], mniw.mniw_statistics(ys, reg, w[:, None]))
+            post = mniw.mniw_posterior(self.loc, self.col_precision, self.df, self.scale, stats)
+            Cn, Rn = mniw.mniw_sample(k_draw, *post, ())
+            proposal = {"C": Cn, "R": Rn}
+        missing = jnp.isnan(y).reshape(-1, P)
+        log_ratio = (self.completion_log_factor(proposal["R"].astype(y.dtype), missing, partial, b)
+                     - self.completion_log_factor(params["R"].astype(y.dtype), missing, partial, b))
+        accept = jnp.log(random.uniform(k_accept, (), y.dtype)) < log_ratio
+        return {k: jnp.where(accept, v, params[k]).astype(dtype) for k, v in proposal.items()}
+
+    @staticmethod
+    def completion_log_factor(R, missing, partial, power):
+        """``log g(R) = -(1 - b)/2 sum_t log|S_t|`` over the steps ``partial (M,)`` (some entries
+        observed, some ``missing (M, P)``), ``S_t = R_uu - R_uo R_oo^{-1} R_ou`` the covariance of the
+        missing entries given the observed ones (``log|S_t| = log|R| - log|R_oo|``); 0 at ``b = 0``,
+        where no step is completed (:meth:`tempered_update`).  ``R (P, P)``."""
+        logdet_R = mniw.logdet_from_cholesky(mniw.cholesky(R))
+
+        def logdet_oo(u):
+            m = (~u).astype(R.dtype)
+            return mniw.logdet_from_cholesky(jnp.linalg.cholesky(
+                mniw.symmetrize(R * m[:, None] * m[None, :] + jnp.diag(1.0 - m))))
+
+        terms = jnp.where(partial, logdet_R - jax.vmap(logdet_oo)(missing), 0.0)
+        return jnp.where(power > 0, -0.5 * (1.0 - power) * jnp.sum(terms), 0.0)
 
     def _noise_moments(self, y, valid):
         r"""``(r (P,), q (P,))``: per dimension of ``y (N, T, P)`` the moment estimates of the noise

@@ -904,8 +904,8 @@ def chain_agreement(samples, lp=None, *, name: Optional[str] = None, min_share: 
     The verdict says which quantities exceed ``max_rhat`` and what to do.  Chains at different
     numbers of states are either a multimodal posterior that no chain crosses or chains that have
     not mixed yet; either way the draws pooled over the chains are not a posterior sample a user can
-    trust, and replica exchange (``WeakLimitGibbs(model, tempering=8)``, ``docs/tempering.md``; for the
-    HDP-HMM model class) or longer runs are the remedies.
+    trust, and replica exchange (``WeakLimitGibbs(model, tempering=8)``, ``docs/tempering.md``; the
+    HDP-HMM, HDP-HSMM and HDP-SLDS model classes) or longer runs are the remedies.
 
     Args:
         samples: ``mcmc.get_samples(group_by_chain=True)`` (at least the ``{name}_states`` site,
@@ -974,8 +974,7 @@ def chain_agreement(samples, lp=None, *, name: Optional[str] = None, min_share: 
     else:
         verdict = (f"the {C} chains DISAGREE on {', '.join(bad)} (R-hat "
                    f"{', '.join(f'{table[k][0]:.2f}' for k in bad)} > {max_rhat}): they sit in different modes or "
-                   "have not mixed, so the pooled draws are not yet a posterior sample. Run longer, or, for an "
-                   "HDP-HMM, use replica exchange (WeakLimitGibbs(model, tempering=8), docs/tempering.md; the "
-                   "HDP-HSMM and the HDP-SLDS do not have it yet), and compare the chains' segmentations "
-                   "(nh.point_segmentation per chain).")
+                   "have not mixed, so the pooled draws are not yet a posterior sample. Run longer, or use replica "
+                   "exchange (WeakLimitGibbs(model, tempering=8), docs/tempering.md), and compare the chains' "
+                   "segmentations (nh.point_segmentation per chain).")
     return ChainAgreement(table, not bad, verdict)

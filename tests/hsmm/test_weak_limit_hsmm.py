@@ -49,14 +49,15 @@ def truncated_poisson_marginal(durations, censored):
 
 
 def exact_hsmm_posterior(y, right_censored, num_states=3, num_categories=2, emission_conc=1.0,
-                         duration_marginal=truncated_poisson_marginal, left_censored=False):
+                         duration_marginal=truncated_poisson_marginal, left_censored=False, power=1.0):
     """Exact posterior over the partitions of the steps under the weak-limit HDP-HSMM: the rows
     integrated out (the start row's and each row's off-diagonal Dirichlet-multinomial), ``beta ~
     Dir(gamma/L)`` by quadrature, the emission probabilities integrated out (Dirichlet-categorical)
     and each state's duration parameters by ``duration_marginal(durations, censored)`` (by default
     the truncated Poisson law's, by quadrature on a grid of rates: its likelihood is not conjugate);
     with ``left_censored`` each entry of ``censored`` is ``(right, left)``, ``left`` marking the
-    sequence's first segment."""
+    sequence's first segment.  ``power``: the emission likelihood raised to it (a rung of replica
+    exchange: the Dirichlet-categorical marginal of the counts scaled by ``power``)."""
     L = num_states
     nodes, weights = _simplex_rule(L)
     log_prior_beta = gammaln(GAMMA) - L * gammaln(GAMMA / L) + np.sum((GAMMA / L - 1) * np.log(nodes), -1)
@@ -65,7 +66,7 @@ def exact_hsmm_posterior(y, right_censored, num_states=3, num_categories=2, emis
     for z in itertools.product(range(L), repeat=t):
         z = np.array(z)
         counts_y = np.zeros((L, num_categories))
-        np.add.at(counts_y, (z, y), 1)
+        np.add.at(counts_y, (z, y), power)
         log_py = np.sum(gammaln(num_categories * emission_conc) - gammaln(num_categories * emission_conc
                                                                           + counts_y.sum(-1))
                         + np.sum(gammaln(emission_conc + counts_y) - gammaln(emission_conc), -1))
@@ -130,6 +131,58 @@ def test_negative_control_censored_segment_scored_as_complete(monkeypatch):
     tv, bound = _tv(True, nh.infer.WeakLimitGibbs(_model(True)))
     print(f"HSMM enumeration, broken censoring: TV {tv:.4f}, bound {bound:.4f}")
     assert tv > bound
+
+
+def _rung_states(kernel, num_chains=NUM_CHAINS, num_sweeps=NUM_WARMUP):
+    """The states ``(R, num_chains, T)`` of every rung after ``num_sweeps`` sweeps of a tempered
+    kernel started without warmup (so the ladder it was given stays)."""
+    import jax
+
+    keys = jax.random.split(jax.random.key(0), num_chains)
+    state = kernel.init(keys, 0, None, (Y,), {})
+    state = jax.jit(lambda s: jax.lax.fori_loop(0, num_sweeps, lambda i, x: kernel.sample(x, (Y,), {}), s))(state)
+    states = np.asarray(state.algorithm.replicas.states)  # (chains, R, ...)
+    return np.moveaxis(states.reshape(num_chains, states.shape[1], -1), 1, 0)
+
+
+LADDER = [0.0, 0.4, 1.0]
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+@pytest.mark.parametrize("broken", [False, pytest.param(True, marks=pytest.mark.negative_control)])
+def test_tempered_rungs_against_enumeration(broken):
+    """Replica exchange on the HDP-HSMM (``tempering=[0, 0.4, 1]``, held): the untempered rung's
+    segmentations against the exact posterior and the middle rung's against the exact tempered
+    one (the emission likelihood to the power 0.4).  The control, swaps accepted without the lower
+    rung's likelihood (``tests/kernel_registry.py::one_sided_swaps``), fails."""
+    from tests.kernel_registry import one_sided_swaps
+
+    cls = one_sided_swaps(nh.infer.WeakLimitGibbs) if broken else nh.infer.WeakLimitGibbs
+    rungs = _rung_states(cls(_model(True), tempering=LADDER))
+    out = []
+    for r in (1, 2):
+        exact = exact_hsmm_posterior(Y, True, power=LADDER[r])
+        out.append((empirical_tv(exact, rungs[r]), tv_bound(exact.values(), NUM_CHAINS)))
+    print(f"HSMM tempered rungs (broken={broken}): " + ", ".join(f"b={LADDER[r]}: TV {tv:.4f} (bound {b:.4f})"
+                                                                 for r, (tv, b) in zip((1, 2), out)))
+    if broken:
+        assert any(tv > b for tv, b in out)
+    else:
+        assert all(tv < b for tv, b in out)
+
+
+def test_tempered_hsmm_run_reports_its_swaps():
+    """``WeakLimitGibbs(hsmm_model, tempering=3)`` runs through NumPyro's ``MCMC`` with the swap
+    fields, and ``nh.log_evidence`` reads them."""
+    from numpyro.infer import MCMC
+    import jax
+
+    mcmc = MCMC(nh.infer.WeakLimitGibbs(_model(True), tempering=3), num_warmup=8, num_samples=12, progress_bar=False)
+    mcmc.run(jax.random.key(0), Y, extra_fields=("swap_accept", "inverse_temperatures", "replica_log_likelihood"))
+    f = mcmc.get_extra_fields()
+    assert f["swap_accept"].shape == (12, 2) and f["replica_log_likelihood"].shape == (12, 3)
+    assert np.isfinite(nh.log_evidence(mcmc).log_evidence)
 
 
 def geweke_model(y=None, num_steps=None):

@@ -117,11 +117,12 @@ PI = np.array([[0.8, 0.2], [0.3, 0.7]])
 Y_TINY = np.array([[0.4], [np.nan], [-0.6], [0.2]])
 
 
-def _exact_mode_posterior(order):
+def _exact_mode_posterior(order, R=R_TINY):
     """``p(z | y)`` by enumeration: ``p(z)`` times the Gaussian marginal of the observed ``y`` given
-    ``z`` (the dense covariance of ``x_{1:T}``, then ``y = x + w``)."""
+    ``z`` (the dense covariance of ``x_{1:T}``, then ``y = x + w``, ``w ~ N(0, R)``; ``R = inf``:
+    nothing observed)."""
     post = {}
-    obs = ~np.isnan(Y_TINY[:, 0])
+    obs = ~np.isnan(Y_TINY[:, 0]) & np.isfinite(R)
     for z in itertools.product(range(2), repeat=TINY_T):
         log_pz = np.log(PI0[z[0]]) + sum(np.log(PI[z[t - 1], z[t]]) for t in range(1, TINY_T))
         # x = mean + G e by the recursion itself: x_t = sum_i a_i x_{t-i} + b + e_t, presample 0
@@ -132,8 +133,8 @@ def _exact_mode_posterior(order):
             G[t] = sum(coef[i - 1] * G[t - i] for i in range(1, order + 1) if t >= i)
             G[t, t] = 1.0
         cov_x = G @ np.diag([Q_TINY[z[t], 0, 0] for t in range(TINY_T)]) @ G.T
-        cov_y = cov_x + R_TINY * np.eye(TINY_T)
-        ll = multivariate_normal(mean[obs], cov_y[np.ix_(obs, obs)]).logpdf(Y_TINY[obs, 0])
+        cov_y = cov_x + (R if np.isfinite(R) else 0.0) * np.eye(TINY_T)
+        ll = multivariate_normal(mean[obs], cov_y[np.ix_(obs, obs)]).logpdf(Y_TINY[obs, 0]) if obs.any() else 0.0
         post[z] = log_pz + ll
     logs = np.array(list(post.values()))
     probs = np.exp(logs - np.logaddexp.reduce(logs))

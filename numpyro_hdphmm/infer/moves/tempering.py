@@ -25,6 +25,16 @@ inner kernel moves) are refused, and so are split-merge moves (their sequential 
 untempered predictive densities) and models with sites for the inner kernel (its target is not
 tempered).
 
+**Model classes** (:data:`TEMPERING`, one :class:`ModelTempering` each).  The HDP-HSMM tempers
+its emission likelihood as the HMM does (the segment durations are on the prior side, as the
+HMM's transitions).  The HDP-SLDS tempers its observation likelihood ``p(y | x, C, R) = prod_t
+N(y_t | C x_t + d, R)``, ``x`` the latent path: the modes, the dynamics and the HDP layer see only
+``x`` and are untempered; ``N(y | mu, R)^b`` is ``N(y | mu, R / b)`` up to a factor in ``R`` alone,
+so the latent path is drawn by the Kalman sampler with the noise ``R / b`` (:class:`PoweredObservation`;
+at ``b = 0`` no step is observed), and ``(C, R)`` from their tempered conditional
+(:meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.tempered_update`).  Each rung
+sweeps its own latent path: the view's data is the rung's path, not the untempered rung's.
+
 **Swaps** (Syed, Bouchard-Cote, Deligiannidis & Doucet 2022, "Non-reversible parallel tempering",
 the deterministic even-odd scheme, DEO).  After every sweep the neighbouring rungs ``(r, r+1)``
 with ``r`` of the sweep's parity (alternating even, odd, even, ...) propose to exchange their
@@ -64,8 +74,10 @@ from numpyro_hdphmm.emissions.base import OneHot, as_weights
 from numpyro_hdphmm.infer.contract import Algorithm, Explicit
 from numpyro_hdphmm.infer.plumbing.discovery import ModelSpec, ModelView
 from numpyro_hdphmm.infer.moves.global_step import concentrations_of_sites
+from numpyro_hdphmm.infer.moves.slds import observation_parameters
 
-__all__ = ["Tempered", "TemperedState", "PoweredLikelihood", "initial_ladder", "adapted_ladder", "swap_log_ratio",
+__all__ = ["Tempered", "TemperedState", "PoweredLikelihood", "PoweredObservation", "ModelTempering", "TEMPERING",
+           "EMISSION_TEMPERING", "OBSERVATION_TEMPERING", "initial_ladder", "adapted_ladder", "swap_log_ratio",
            "emission_log_likelihood", "FIRST_ROUND"]
 
 #: the length (sweeps) of the first adaptation round; each following round is twice as long
@@ -106,6 +118,37 @@ class PoweredLikelihood:
         """The family's conditional draw given the weights ``b weights`` (the tempered conditional;
         hard labels as their one-hot matrix)."""
         return self.family.update_parameters(rng_key, x, self.power * as_weights(weights), params, concentration_prior)
+
+    def __getattr__(self, name):
+        if name in ("family", "power"):  # not yet set (copy, pickle)
+            raise AttributeError(name)
+        return getattr(self.family, name)
+
+
+class PoweredObservation:
+    """The observation model of an HDP-SLDS whose likelihood ``p(y | x, C, R)`` is raised to the
+    power ``b``: ``N(y | C x + d, R)^b`` is ``N(y | C x + d, R / b)`` up to a factor that involves
+    ``R`` alone, so the latent path's conditional is the Kalman sampler's with the noise ``R / b``
+    (at ``b = 0`` the observations are dropped instead: :func:`observation_tempering`), and the
+    conditional of ``(C, R)`` is the family's :meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.tempered_update`;
+    every other attribute is the family's own.
+
+    :param family: the :class:`~numpyro_hdphmm.models.observation.LinearGaussianObservation`.
+    :param power: the inverse temperature ``b`` (a scalar, traced or not).
+    """
+
+    def __init__(self, family, power):
+        self.family = family
+        self.power = power
+
+    def kalman_noise(self, params):
+        """``R / b`` as the Kalman samplers take it (``R`` itself at ``b = 0``, where no step is observed)."""
+        b = jnp.asarray(self.power, params["R"].dtype)
+        return self.family.kalman_noise(params) / jnp.where(b > 0, b, 1.0)
+
+    def update(self, rng_key, params, x, y, valid):
+        """The tempered conditional draw of the parameters (:meth:`LinearGaussianObservation.tempered_update`)."""
+        return self.family.tempered_update(rng_key, params, x, y, valid, self.power)
 
     def __getattr__(self, name):
         if name in ("family", "power"):  # not yet set (copy, pickle)
@@ -164,6 +207,72 @@ def emission_log_likelihood(emission, data, states, params) -> jax.Array:
     ll = jax.vmap(emission.log_likelihoods, in_axes=(0, None))(data.x, params)
     picked = jnp.take_along_axis(ll, states[..., None].astype(jnp.int32), axis=-1)[..., 0]
     return jnp.sum(jnp.where(data.valid, picked, 0.0))
+
+
+class ModelTempering(NamedTuple):
+    """How replica exchange tempers one model class: ``check(view, kernel_name)`` refuses
+    (``NotImplementedError``) a model it cannot temper exactly, ``view(view, spec, explicit, power)`` is the model as a rung
+    at inverse temperature ``power`` sweeps it (``explicit``: the rung's own values), and
+    ``log_likelihood(view, spec, explicit)`` is the term raised to the power, ``log p(y | x)``.
+    One entry per model class in :data:`TEMPERING`."""
+
+    check: Any
+    view: Any
+    log_likelihood: Any
+
+
+def _check_emission(view, name) -> None:
+    if not getattr(view.emission, "temperable", False):
+        raise NotImplementedError(
+            f"{name}(tempering=...): the {type(view.emission).__name__} emission family has no exact tempered update (its "
+            "conditional draws do not take scaled statistics); use tempering=None.")
+
+
+def _emission_view(view, spec, explicit, power):
+    return view._replace(emission=PoweredLikelihood(view.emission, power))
+
+
+def _emission_log_likelihood(view, spec, explicit):
+    return emission_log_likelihood(view.emission, view.data, explicit.states, explicit.params)
+
+
+#: the HDP-HMM and the HDP-HSMM: the emission likelihood ``prod_t f(y_t | theta_{z_t})`` tempered
+#: (the HSMM's durations are on the prior side, as the HMM's transitions)
+EMISSION_TEMPERING = ModelTempering(_check_emission, _emission_view, _emission_log_likelihood)
+
+
+def _latent_of(spec, explicit):
+    latent = explicit.extra["latent"]
+    return latent if spec.batched else latent[None]
+
+
+def _observation_view(view, spec, explicit, power):
+    latent = _latent_of(spec, explicit)
+    x, valid = jax.vmap(view.emission.prepare)(latent)
+    observed = view.observed
+    b = jnp.asarray(power, observed.y.dtype)
+    return view._replace(
+        data=view.data._replace(y=latent, x=x, valid=valid & observed.valid),  # the rung's own latent path
+        observed=observed._replace(family=PoweredObservation(observed.family, power),
+                                   y=jnp.where(b > 0, observed.y, jnp.nan)))  # b = 0: no step observed
+
+
+def _observation_log_likelihood(view, spec, explicit):
+    observed = view.observed
+    obs_params = observation_parameters(explicit.extra)
+    ll = jax.vmap(observed.family.pointwise_log_likelihood, in_axes=(0, None, 0))(
+        observed.y, obs_params, _latent_of(spec, explicit).astype(observed.y.dtype))
+    return jnp.sum(jnp.where(observed.valid, ll, 0.0))
+
+
+#: the HDP-SLDS: the observation likelihood ``prod_t N(y_t | C x_t + d, R)`` tempered (the modes,
+#: the latent path's dynamics and the HDP layer are on the prior side); each rung sweeps its own
+#: latent path
+OBSERVATION_TEMPERING = ModelTempering(lambda view, name: None, _observation_view, _observation_log_likelihood)
+
+#: model class (``ModelClass.kind``) -> :class:`ModelTempering`; a model class without an entry
+#: runs without replica exchange
+TEMPERING = {"hmm": EMISSION_TEMPERING, "hsmm": EMISSION_TEMPERING, "slds": OBSERVATION_TEMPERING}
 
 
 def tempered_info(base_info):
@@ -228,7 +337,7 @@ class Tempered(Algorithm):
         self.ladder = _check_tempering(tempering)
         self.num_replicas = len(self.ladder)
         self.name = base.name
-        self.model_classes = ("hmm",)
+        self.model_classes = tuple(k for k in base.model_classes if k in TEMPERING)
         self.beta_prior = base.beta_prior
         self.owns_dp_concentration = base.owns_dp_concentration
         self.owns_column_precision = base.owns_column_precision
@@ -245,13 +354,15 @@ class Tempered(Algorithm):
         return self.base.transform_model(model)
 
     def check(self, spec: ModelSpec) -> None:
-        """The base algorithm's refusals, then tempering's: a model class other than the HMM, sites
+        """The base algorithm's refusals, then tempering's: a model class without an entry in
+        :data:`TEMPERING`, sites
         for the inner kernel, custom emissions (``NotImplementedError``)."""
         self.base.check(spec)
-        if spec.sites.kind != "hmm":
+        if spec.sites.kind not in TEMPERING:
             raise NotImplementedError(
-                f"{self.name}(tempering=...): replica exchange is implemented for the HDP-HMM model class; the "
-                f"'{spec.sites.kind}' model of '{spec.sites.name}' runs without it (tempering=None).")
+                f"{self.name}(tempering=...): replica exchange is implemented for the model classes "
+                f"{sorted(TEMPERING)}; the '{spec.sites.kind}' model of '{spec.sites.name}' runs without it "
+                "(tempering=None).")
         if spec.hyper.column_precision is not None:
             raise NotImplementedError(
                 f"{self.name}(tempering=...): site '{spec.hyper.column_precision}' holds ARD column precisions of the "
@@ -269,10 +380,7 @@ class Tempered(Algorithm):
 
     def init(self, rng_key, spec: ModelSpec, view: ModelView, start: Explicit) -> TemperedState:
         """Every rung starts from ``start`` (the base algorithm's ``init``), at the starting ladder."""
-        if not getattr(view.emission, "temperable", False):
-            raise NotImplementedError(
-                f"{self.name}(tempering=...): the {type(view.emission).__name__} emission family has no exact "
-                "tempered update (its conditional draws do not take scaled statistics); use tempering=None.")
+        TEMPERING[spec.sites.kind].check(view, self.name)
         if spec.hyper.emission_base is not None:
             raise NotImplementedError(
                 f"{self.name}(tempering=...): the shared emission base is drawn from integer table counts, which "
@@ -297,14 +405,17 @@ class Tempered(Algorithm):
         k_sweep, k_swap = random.split(rng_key)
         ladder = state.inverse_temperatures
 
+        tempering = TEMPERING[spec.sites.kind]
+
         def sweep(key, replica, power):
-            # each rung's own concentrations (the view holds the untempered rung's, read from the model's sites)
+            # each rung's own concentrations (the view holds the untempered rung's, read from the model's
+            # sites) and, for a model class with a latent path, its own path
             own = self.base.explicit(random.fold_in(key, 2), replica, spec, view)
-            tempered = view._replace(emission=PoweredLikelihood(view.emission, power),
-                                     hyper=concentrations_of_sites(spec, own.hyper, view.hyper))
+            tempered = tempering.view(view, spec, own, power)._replace(
+                hyper=concentrations_of_sites(spec, own.hyper, view.hyper))
             replica, info = self.base.step(key, replica, spec, tempered)
             explicit = self.base.explicit(random.fold_in(key, 1), replica, spec, tempered)
-            return replica, info, emission_log_likelihood(view.emission, view.data, explicit.states, explicit.params)
+            return replica, info, tempering.log_likelihood(view, spec, explicit)
 
         replicas, infos, ll = jax.vmap(sweep)(random.split(k_sweep, R), state.replicas, ladder)
         # DEO swaps: the pairs (r, r+1) with r % 2 == parity, disjoint, each accepted on its own

@@ -15,13 +15,17 @@ Parts (``--parts``, default ``first``):
   compare two checkouts).
 - ``init``: ``WeakLimitGibbs.init`` at large T, the first call (compiling) and three more with new
   keys (the cached programs only run).
+- ``second``: what a second ``mcmc.run`` of ``WeakLimitGibbs`` costs in the same process (the same
+  kernel object), each way in a fresh process: the same ``MCMC`` on new data of the same shape with
+  the progress bar on or off and with ``jit_model_args`` on or off, a new ``MCMC`` object, and a new
+  ``MCMC`` object with JAX's persistent compilation cache on (the README's table).
 
 Results: ``benchmarks/results/compile.json`` (sections "Compile time", "Compile time: where the
 first run goes", "Initialization latency at large T").
 
 Usage::
 
-    python -m benchmarks.compile [--quick] [--parts first breakdown init] [--cache] [--kernels ...]
+    python -m benchmarks.compile [--quick] [--parts first breakdown init second] [--cache] [--kernels ...]
 """
 
 from __future__ import annotations
@@ -122,6 +126,44 @@ def child_init(T):
     print("RESULT " + json.dumps({"T": T, "first": first, "again": again}))
 
 
+#: the second-run cases: (label, progress bar, jit_model_args, new MCMC object, persistent cache)
+SECOND_RUNS = (
+    ("the same `MCMC` object, new data, `jit_model_args=True`, progress bar on (NumPyro's default)", True, True,
+     False, False),
+    ("the same `MCMC` object, new data, `jit_model_args=True, progress_bar=False`", False, True, False, False),
+    ("the same `MCMC` object, new data, `jit_model_args=False` (the default: the data are constants of the loop)",
+     False, False, False, False),
+    ("a new `MCMC` object (the same data)", False, False, True, False),
+    ("a new `MCMC` object with JAX's persistent compilation cache on", False, False, True, True),
+)
+
+
+def child_second(case):
+    import jax
+    from numpyro.infer import MCMC
+
+    label, progress, jit_args, new_object, cache = SECOND_RUNS[case]
+    if cache:
+        jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp())
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    p, other = models.readme_problem(1000), models.readme_problem(1000, seed=1)
+    kernel = models.kernel("WeakLimitGibbs", p.model)
+
+    def make():
+        return MCMC(kernel, num_warmup=WARMUP, num_samples=SAMPLES, progress_bar=progress, jit_model_args=jit_args)
+
+    def run(mcmc, args):
+        t0 = time.perf_counter()
+        mcmc.run(jax.random.key(0), *args)
+        jax.block_until_ready(mcmc.get_samples())
+        return time.perf_counter() - t0
+
+    mcmc = make()
+    first = run(mcmc, p.args)
+    second = run(make(), p.args) if new_object else run(mcmc, other.args)
+    print("RESULT " + json.dumps({"case": label, "first": first, "second": second}), flush=True)
+
+
 def spawn(*child_args, env=None, timeout=1800) -> dict:
     """Run ``python -m benchmarks.compile --_child ...`` in a fresh process; its ``RESULT`` line."""
     out = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--_child", *map(str, child_args)],
@@ -154,7 +196,7 @@ def first_table(rows):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", default=["first"], choices=["first", "breakdown", "init"])
+    parser.add_argument("--parts", nargs="+", default=["first"], choices=["first", "breakdown", "init", "second"])
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     parser.add_argument("--cache", action="store_true", help="also measure with the persistent compilation cache")
     parser.add_argument("--no-second", action="store_true", help="skip the second run in the same process")
@@ -170,7 +212,7 @@ def main(argv=None):
     if args._child:
         what, *rest = args._child
         {"first": lambda n, s: child_first(n, s == "1"), "breakdown": lambda n, c: child_breakdown(n, int(c)),
-         "init": lambda t: child_init(int(t))}[what](*rest)
+         "init": lambda t: child_init(int(t)), "second": lambda c: child_second(int(c))}[what](*rest)
         return
     if args.quick:
         args.kernels, args.no_second, args.init_steps = ["WeakLimitGibbs"], True, 2000
@@ -207,6 +249,17 @@ def main(argv=None):
                 results.table(["stage", "function", "count", "seconds"],
                               [[s, f"`{f}`", n, f"{sec:.2f}"] for s, f, n, sec in r["top"]], ["l", "l", "r", "r"])],
                 command, data=r)
+    if "second" in args.parts:
+        rows = [spawn("second", i) for i in range(len(SECOND_RUNS))]
+        for r in rows:
+            print(json.dumps(r))
+        save(QUESTION, "Compile time: a second run", [results.text(
+            "A second `mcmc.run` of `WeakLimitGibbs` on the README's model in the process that ran the first (the "
+            "same kernel object; one chain), each case in a fresh process: wall seconds of the first and of the "
+            "second run."),
+            results.table(["second run", "first (s)", "second (s)"],
+                          [[r.get("case", "?"), f"{r['first']:.1f}", f"{r['second']:.1f}"] if "error" not in r
+                           else ["failed", r["error"], ""] for r in rows], ["l", "r", "r"])], command, data=rows)
     if "init" in args.parts:
         r = spawn("init", args.init_steps)
         print(json.dumps(r))

@@ -351,7 +351,6 @@ class LinearGaussianObservation:
         P = self.obs_dim
         observed = ~jnp.isnan(y) & valid[..., None]  # (N, T, P)
         xs = x.reshape(-1, self.latent_dim)
-        C, d = self.loading(params)
         if self.noise == "diagonal":
             W = b * observed.reshape(-1, P).astype(y.dtype)  # (NT, P): entry weights
             ys = jnp.where(observed, y, 0.0).reshape(-1, P)

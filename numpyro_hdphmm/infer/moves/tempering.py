@@ -129,7 +129,8 @@ class PoweredObservation:
     """The observation model of an HDP-SLDS whose likelihood ``p(y | x, C, R)`` is raised to the
     power ``b``: ``N(y | C x + d, R)^b`` is ``N(y | C x + d, R / b)`` up to a factor that involves
     ``R`` alone, so the latent path's conditional is the Kalman sampler's with the noise ``R / b``
-    (at ``b = 0`` the observations are dropped instead: :func:`observation_tempering`), and the
+    (at ``b = 0`` the observations are dropped instead: the tempered view of :data:`OBSERVATION_TEMPERING`
+    masks them), and the
     conditional of ``(C, R)`` is the family's :meth:`~numpyro_hdphmm.models.observation.LinearGaussianObservation.tempered_update`;
     every other attribute is the family's own.
 
@@ -312,8 +313,9 @@ class Tempered(Algorithm):
     from the untempered one.
 
     :param base: an algorithm whose state is :class:`~numpyro_hdphmm.infer.contract.Explicit` and
-        whose sweep reaches the likelihood only through the emission family's ``log_likelihoods``
-        and weighted statistics (``temperable = True``).
+        whose sweep reaches the likelihood only through what the model class's entry of
+        :data:`TEMPERING` tempers (the emission family's ``log_likelihoods`` and weighted statistics;
+        for the HDP-SLDS the observation model's Kalman noise and update): ``temperable = True``.
     :param tempering: the number of rungs ``R >= 2`` (starting ladder :func:`initial_ladder`) or the
         starting inverse temperatures themselves, increasing from 0 to 1.
     """

@@ -59,14 +59,19 @@ def model(y):
 # temperatures adapts during warmup so that every pair of neighbours exchanges at the same rate.
 
 warmup, draws = (20, 40) if QUICK else (200, 600)
-runs = {}
-for label, options in (("plain", {}), ("tempering=8", {"tempering": 8})):
+
+
+def fit(model, seed, **options):
+    """Four vectorized chains of ``WeakLimitGibbs(model, **options)`` on ``y``."""
     mcmc = MCMC(nh.infer.WeakLimitGibbs(model, **options), num_warmup=warmup, num_samples=draws, num_chains=4,
                 chain_method="vectorized", progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        mcmc.run(jax.random.key(1), y)
-    runs[label] = mcmc
+        mcmc.run(jax.random.key(seed), y)
+    return mcmc
+
+
+runs = {label: fit(model, 1, **options) for label, options in (("plain", {}), ("tempering=8", {"tempering": 8}))}
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for ax, (label, mcmc) in zip(axes, runs.items()):
@@ -119,12 +124,7 @@ def non_sticky(y):
 
 
 sticky_evidence = nh.log_evidence(runs["tempering=8"])
-mcmc = MCMC(nh.infer.WeakLimitGibbs(non_sticky, tempering=8), num_warmup=warmup, num_samples=draws, num_chains=4,
-            chain_method="vectorized", progress_bar=False)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    mcmc.run(jax.random.key(2), y)
-plain_evidence = nh.log_evidence(mcmc)
+plain_evidence = nh.log_evidence(fit(non_sticky, 2, tempering=8))
 print(f"log p(y): sticky {sticky_evidence.log_evidence:.2f} +- {sticky_evidence.mc_error:.2f}, "
       f"non-sticky {plain_evidence.log_evidence:.2f} +- {plain_evidence.mc_error:.2f}")
 
@@ -146,11 +146,7 @@ def hsmm(y):
                               max_duration=150), obs=y)
 
 
-mcmc = MCMC(nh.infer.WeakLimitGibbs(hsmm, tempering=8), num_warmup=warmup, num_samples=draws, num_chains=4,
-            chain_method="vectorized", progress_bar=False)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    mcmc.run(jax.random.key(3), y)
+mcmc = fit(hsmm, 3, tempering=8)
 hsmm_evidence = nh.log_evidence(mcmc)
 k = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_states"])
 print(f"log p(y): HSMM {hsmm_evidence.log_evidence:.2f} +- {hsmm_evidence.mc_error:.2f}; states per chain "

@@ -27,6 +27,7 @@ __all__ = [
     "HyperPriors",
     "GlobalDraw",
     "transition_counts",
+    "sample_binomial_counts",
     "row_counts",
     "prior_row_concentrations",
     "row_concentrations",
@@ -68,6 +69,17 @@ def transition_counts(states, capacity: int, lengths=None):
     return n.reshape(capacity, capacity), first
 
 
+def _customers(counts, max_total: int):
+    """The customers of groups with ``counts (G,)`` laid out in one array of static length
+    ``max_total >= sum(counts)``: ``(labels, rank, valid)``, each ``(max_total,)``: the group of each
+    position, its 0-based rank within the group and whether it holds a customer."""
+    groups = counts.shape[0]
+    labels = jnp.repeat(jnp.arange(groups), counts, total_repeat_length=max_total)
+    starts = jnp.cumsum(counts) - counts
+    position = jnp.arange(max_total)
+    return labels, position - starts[labels], position < jnp.sum(counts)
+
+
 def sample_crp_tables(rng_key, counts, concentration, max_total: int):
     r"""Number of occupied tables of CRPs: ``m_g ~ sum_{i=0}^{n_g - 1} Ber(c_g / (c_g + i))``.
 
@@ -79,17 +91,26 @@ def sample_crp_tables(rng_key, counts, concentration, max_total: int):
     are laid out once with ``jnp.repeat`` and each gets one Bernoulli.
     """
     counts = jnp.asarray(counts, jnp.int32)
-    groups = counts.shape[0]
-    labels = jnp.repeat(jnp.arange(groups), counts, total_repeat_length=max_total)
-    starts = jnp.cumsum(counts) - counts
-    position = jnp.arange(max_total)
-    rank = position - starts[labels]
-    valid = position < jnp.sum(counts)
+    labels, rank, valid = _customers(counts, max_total)
     c = jnp.asarray(concentration)[labels]
     dtype = jnp.result_type(c, float)
     prob = jnp.where(rank == 0, 1.0, c / (c + rank.astype(dtype)))
     new_table = (random.uniform(rng_key, (max_total,), dtype) < prob) & valid
-    return jnp.zeros(groups, jnp.int32).at[labels].add(new_table.astype(jnp.int32))
+    return jnp.zeros(counts.shape[0], jnp.int32).at[labels].add(new_table.astype(jnp.int32))
+
+
+def sample_binomial_counts(rng_key, counts, probs, max_total: int):
+    r"""``w_g ~ Binomial(n_g, p_g)``, exactly, as the number of successes among ``n_g`` Bernoulli
+    trials laid out as :func:`sample_crp_tables` lays out its customers: ``counts (G,)``
+    non-negative integers with ``sum(counts) <= max_total`` (static), ``probs (G,)`` in
+    ``[0, 1]``.  Cost O(max_total + G), and one uniform draw: a much smaller program than
+    :func:`jax.random.binomial`'s rejection sampler (the sweep's compile time), for the small
+    totals of table counts."""
+    counts = jnp.asarray(counts, jnp.int32)
+    labels, _, valid = _customers(counts, max_total)
+    p = jnp.asarray(probs)[labels]
+    success = (random.uniform(rng_key, (max_total,), jnp.result_type(p, float)) < p) & valid
+    return jnp.zeros(counts.shape[0], jnp.int32).at[labels].add(success.astype(jnp.int32))
 
 
 class TableCounts(NamedTuple):
@@ -125,8 +146,8 @@ def sample_table_counts(rng_key, n, first, beta, alpha, kappa, max_total: int) -
     rho = kappa / (alpha + kappa)
     p_override = rho / (rho + beta * (1.0 - rho))
     m_diag = jnp.diagonal(m[:k])
-    w = random.binomial(k_over, m_diag.astype(beta.dtype), p_override).astype(jnp.int32)
-    w = jnp.where(kappa > 0, jnp.minimum(w, m_diag), 0)
+    w = sample_binomial_counts(k_over, m_diag, p_override, max_total)  # sum(m) <= sum(counts) <= max_total
+    w = jnp.where(kappa > 0, w, 0)
     mbar = m.at[jnp.arange(k), jnp.arange(k)].add(-w)
     return TableCounts(m=m, w=w, mbar=mbar)
 

@@ -79,3 +79,37 @@ def test_transition_counts_skip_empty_sequences():
     n, first = transition_counts(states, 3, lengths=jnp.array([3, 0]))
     np.testing.assert_array_equal(first, [1, 0, 0])
     np.testing.assert_array_equal(n, [[0, 1, 0], [0, 1, 0], [0, 0, 0]])
+
+
+def _binomial_chi2_pvalues(sampler):
+    """Chi-square p-values of ``sampler(key, counts, probs, max_total)`` against the Binomial pmf
+    of each group (20,000 draws of 4 groups, one of them empty)."""
+    from scipy import stats
+
+    counts, probs = np.array([7, 0, 3, 12]), np.array([0.3, 0.5, 0.95, 0.05])
+    draw = jax.jit(jax.vmap(lambda k: sampler(k, jnp.asarray(counts), jnp.asarray(probs), 25)))
+    w = np.asarray(draw(jax.random.split(jax.random.key(0), 20000)))
+    assert np.all(w[:, 1] == 0) and np.all((w >= 0) & (w <= counts))
+    pvalues = []
+    for g in (0, 2, 3):
+        pmf = stats.binom.pmf(np.arange(counts[g] + 1), counts[g], probs[g])
+        observed = np.bincount(w[:, g], minlength=counts[g] + 1)
+        keep = pmf * len(w) >= 5  # pool the sparse tail into one cell
+        obs = np.append(observed[keep], observed[~keep].sum())
+        exp = np.append(pmf[keep], pmf[~keep].sum()) * len(w)
+        obs, exp = obs[exp > 0], exp[exp > 0]
+        pvalues.append(stats.chisquare(obs, exp).pvalue)
+    return pvalues
+
+
+def test_binomial_counts_follow_the_binomial_pmf():
+    """The overrides' ``Binomial(m_jj, p_j)`` laid out as Bernoulli trials (``crp.sample_binomial_counts``):
+    each group's counts against the exact pmf; a variant that drops every group's last trial fails."""
+    from numpyro_hdphmm._core.crp import sample_binomial_counts
+
+    assert min(_binomial_chi2_pvalues(sample_binomial_counts)) > 1e-3
+
+    def one_short(key, counts, probs, max_total):  # negative control: n_g - 1 trials
+        return sample_binomial_counts(key, jnp.maximum(counts - 1, 0), probs, max_total)
+
+    assert min(_binomial_chi2_pvalues(one_short)) < 1e-6

@@ -371,6 +371,23 @@ class AutoRegressive(EmissionFamily):
         if is_concrete(y, self.center, self.scale) and self.batch_shape == ():
             check_deviation_range(name, y, self.center, self.scale, np.dtype(self.scale.dtype), "`center`")
 
+    def clustering_features(self, y):
+        """``(N, T, 3 D)`` features of ``y (N, T, D)`` for the data-driven start's k-means: what
+        the autoregressive likelihood sees, the dynamics, beside the level.  With ``u_t = y_t - ybar``
+        (``ybar`` the mean over every observed step), the features of step ``t`` are ``y_t``, the
+        signed square root of the lag-one product ``u_t * u_{t-1}`` (its window mean is the local
+        lag-one autocovariance: persistence or oscillation) and ``|y_t - y_{t-1}|`` (the local size
+        of the increments), each elementwise.  Regimes that share their marginal distribution and
+        differ in their dynamics (a coefficient, a noise scale) are then apart in the features, as
+        they are in the likelihood; the first step of a sequence, which has no predecessor, and the
+        steps next to a missing value have NaN (missing) lag features."""
+        y = super().clustering_features(y)
+        prev = jnp.concatenate([jnp.full_like(y[:, :1], jnp.nan), y[:, :-1]], axis=1)
+        observed = ~jnp.isnan(y)
+        mean = jnp.sum(jnp.where(observed, y, 0.0), (0, 1)) / jnp.maximum(jnp.sum(observed, (0, 1)), 1)
+        product = (y - mean) * (prev - mean)
+        return jnp.concatenate([y, jnp.sign(product) * jnp.sqrt(jnp.abs(product)), jnp.abs(y - prev)], axis=-1)
+
     def _regressor(self, lags):
         """``lags (..., p, D)`` (most recent first) -> regressor ``(..., m)``."""
         flat = lags.reshape(lags.shape[:-2] + (self.order * self.dim,))

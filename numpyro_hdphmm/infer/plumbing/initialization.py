@@ -173,8 +173,9 @@ def cluster_states(rng_key, view, params, capacity: int, options: DataInit):
     over them):
 
     1. Features: the family's features of the observations (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.clustering_features`:
-       the observations themselves, event flattened; categories as one-hot vectors or a random
-       embedding), standardized, ``f_t`` (missing values and padded steps left out), averaged
+       the observations themselves, event flattened; categories as a random embedding;
+       autoregressive emissions add each step's lag-one product and increment, the dynamics their
+       likelihood sees), standardized, ``f_t`` (missing values and padded steps left out), averaged
        over centred windows of ``w`` steps within each sequence: ``fbar_t = sum_{|s-t|<=h} f_s
        / #valid`` (:func:`~numpyro_hdphmm._core.clustering.window_sum`).
     2. k-means (k-means++ seeding) of ``fbar`` over the steps with data in their window into

@@ -26,6 +26,7 @@ first run goes", "Initialization latency at large T").
 Usage::
 
     python -m benchmarks.compile [--quick] [--parts first breakdown init second] [--cache] [--kernels ...]
+    python -m benchmarks.compile --parts first --vs ../other-checkout [--rounds 2]   (before and after, alternately)
 """
 
 from __future__ import annotations
@@ -164,10 +165,11 @@ def child_second(case):
     print("RESULT " + json.dumps({"case": label, "first": first, "second": second}), flush=True)
 
 
-def spawn(*child_args, env=None, timeout=1800) -> dict:
-    """Run ``python -m benchmarks.compile --_child ...`` in a fresh process; its ``RESULT`` line."""
+def spawn(*child_args, env=None, timeout=1800, cwd=None) -> dict:
+    """Run ``python -m benchmarks.compile --_child ...`` in a fresh process (in the checkout ``cwd``,
+    default this one); its ``RESULT`` line."""
     out = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--_child", *map(str, child_args)],
-                         cwd=models.REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                         cwd=cwd or models.REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
                          timeout=timeout)
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
@@ -181,6 +183,45 @@ def measure_first(name, second, cache_dir=None):
         env = dict(JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     return {"kernel": name, **spawn("first", name, int(second), env=env)}
+
+
+def checkout_commit(path) -> str:
+    """The short commit of the checkout at ``path`` (``+changes`` when its tree differs from it)."""
+    head = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", path, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True)
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def first_against(kernels, other, rounds):
+    """The first run of each kernel in this checkout and in the checkout ``other``, fresh processes,
+    alternating (``rounds`` rounds of kernel by kernel, the other checkout first): rows of wall and
+    CPU seconds."""
+    rows = []
+    for r in range(rounds):
+        for name in kernels:
+            for label, where in (("other", other), ("this", models.REPO)):
+                res = spawn("first", name, 0, cwd=where, env={"PYTHONPATH": where})
+                rows.append({"round": r, "kernel": name, "checkout": label, **res})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def against_table(rows, kernels):
+    out = []
+    for name in kernels:
+        walls = {c: [r["first"] for r in rows if r["kernel"] == name and r["checkout"] == c and "error" not in r]
+                 for c in ("other", "this")}
+        cpus = {c: [r["first_cpu"] for r in rows if r["kernel"] == name and r["checkout"] == c and "error" not in r]
+                for c in ("other", "this")}
+        if not (walls["other"] and walls["this"]):
+            out.append([f"`{name}`", "failed", "", "", ""])
+            continue
+        out.append([f"`{name}`", ", ".join(f"{w:.1f}" for w in walls["other"]), ", ".join(f"{w:.1f}" for w in walls["this"]),
+                    f"{np.median(cpus['other']):.1f} / {np.median(cpus['this']):.1f}",
+                    f"{np.median(walls['this']) / np.median(walls['other']):.2f}"])
+    return results.table(["kernel", "before: first run, wall (s), per round", "after", "CPU (s), median, before / after",
+                          "wall ratio after / before (medians)"], out)
 
 
 def first_table(rows):
@@ -203,6 +244,9 @@ def main(argv=None):
     parser.add_argument("--chains", type=int, default=1, help="breakdown: vectorized chains")
     parser.add_argument("--init-steps", type=int, default=100_000, help="init: T")
     parser.add_argument("--quick", action="store_true", help="WeakLimitGibbs only, no second run, init at T = 2000")
+    parser.add_argument("--vs", help="first: the path of another checkout, whose first runs are timed alternately with "
+                                     "this checkout's (section 'Compile time: before and after')")
+    parser.add_argument("--rounds", type=int, default=2, help="--vs: alternating rounds")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--_child", nargs="+", help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
@@ -218,7 +262,15 @@ def main(argv=None):
         args.kernels, args.no_second, args.init_steps = ["WeakLimitGibbs"], True, 2000
     command = results.command_line("compile", argv)
     save = (lambda *a, **k: None) if args.no_save else results.save
-    if "first" in args.parts:
+    if "first" in args.parts and args.vs:
+        rows = first_against(args.kernels, os.path.abspath(args.vs), args.rounds)
+        save(QUESTION, "Compile time: before and after", [results.text(
+            f"The first `MCMC(kernel, num_warmup={WARMUP}, num_samples={SAMPLES}).run` on the README's model, each in a "
+            f"fresh process, the checkout before (`{checkout_commit(args.vs)}`) and this one "
+            f"(`{checkout_commit(models.REPO)}`) alternately, {args.rounds} rounds (wall seconds of the run, from the "
+            "`MCMC` call to the draws, interpreter start and imports excluded)."),
+            against_table(rows, args.kernels)], command, data=rows)
+    elif "first" in args.parts:
         rows = []
         for name in args.kernels:
             row = {"plain": measure_first(name, not args.no_second)}

@@ -39,8 +39,9 @@ not absolute times across runs.
     ("compile", "Compile time and latency", """
 What a user waits for before the first sweep: tracing and compiling the kernel's programs, model
 discovery and initialization, with and without JAX's persistent compilation cache.  Script:
-`python -m benchmarks.compile` (parts `first`, `breakdown`, `init`; each measurement in a fresh
-process).
+`python -m benchmarks.compile` (parts `first`, `breakdown`, `init`, `second`; each measurement in a
+fresh process; `--parts first --vs PATH` times another checkout's first runs alternately with this
+one's).
 """),
     ("mixing", "Mixing: ESS per second, hyperparameters, starts, split-merge", """
 Effective samples per second of `num_states`, the log joint and each hyperparameter (bulk ESS,

@@ -171,6 +171,35 @@ def fox_a(T: int = 1000, seed: int = 0):
     return np.asarray(data.observations, np.float32), np.asarray(data.states)
 
 
+def nested_regimes(num_sequences: int = 3, T: int = 400, contrast: float = 3.0, regime_length: int = 130,
+                   flip: float = 0.4, seed: int = 0):
+    """Multi-sequence AR(1) data whose stickiness the sequences identify only jointly, with two
+    separated modes of ``kappa`` in the posterior: ``(y (N, T, 1) float64, sub-states (N, T))``.
+
+    Three persistent regimes (AR coefficients 0, 0.7 and -0.7), each sequence moving to another
+    regime every ``regime_length`` steps; inside a regime the dynamics switch quickly (each step
+    with probability ``flip``) between two sub-states: the regime's coefficient minus ``0.25
+    contrast`` with noise s.d. ``0.5 (1 + contrast)``, and plus ``0.25 contrast`` with noise s.d. 0.5
+    (coefficients clipped to [-0.99, 0.99]).  A sticky
+    HDP-AR-HMM explains the data either with a few persistent states (high ``kappa``) or with more
+    states that switch every few steps (low ``kappa``); the sub-state labels are ``2 regime +
+    sub``."""
+    rng = np.random.default_rng(seed)
+    centre = np.array([0.0, 0.7, -0.7])
+    ys, labels = np.zeros((num_sequences, T)), np.zeros((num_sequences, T), int)
+    for n in range(num_sequences):
+        regime, sub, prev = rng.integers(3), 0, 0.0
+        for t in range(T):
+            if t > 0 and t % regime_length == 0:
+                regime = (regime + 1 + rng.integers(2)) % 3
+            if rng.random() < flip:
+                sub = 1 - sub
+            a = np.clip(centre[regime] + (0.25 if sub else -0.25) * contrast, -0.99, 0.99)
+            prev = a * prev + 0.5 * (1.0 + contrast * (1 - sub)) * rng.normal()
+            ys[n, t], labels[n, t] = prev, 2 * regime + sub
+    return ys[..., None], labels
+
+
 # ------------------------------------------------------------------------------ problems
 @dataclass(frozen=True)
 class Problem:
@@ -246,9 +275,38 @@ def alice_words_problem(num_words: int = 5000, capacity: int = 60, emission_prio
                    f"the first {num_words} words of Alice, capacity {capacity}")
 
 
+def nested_regimes_model(y, capacity: int):
+    """The sticky HDP-AR-HMM of :func:`nested_regimes_problem`: AR(1) emissions with the family's
+    weakly informative prior, the README's Gamma hyperpriors, several sequences with ``lengths``."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_hdphmm as nh
+
+    emission = nh.emissions.AutoRegressive.weakly_informative(y, order=1)
+
+    def model(y, lengths):
+        gamma = numpyro.sample("gamma", dist.Gamma(1.0, 0.01))
+        alpha = numpyro.sample("alpha", dist.Gamma(1.0, 0.01))
+        kappa = numpyro.sample("kappa", dist.Gamma(10.0, 0.1))
+        hmm = nh.StickyHDPHMM(gamma=gamma, alpha=alpha, kappa=kappa, emission=emission, max_states=capacity)
+        nh.sample("y", hmm, obs=y, lengths=lengths)
+
+    return model
+
+
+def nested_regimes_problem(contrast: float = 3.0, capacity: int = 20, seed: int = 0) -> Problem:
+    y, labels = nested_regimes(contrast=contrast, seed=seed)
+    lengths = np.full(y.shape[0], y.shape[1], np.int32)
+    return Problem("nested_regimes", nested_regimes_model(y, capacity), (y, lengths), capacity, int(lengths.sum()),
+                   labels, None, f"3 sequences x 400 steps, AR(1) regimes with fast inner switching, contrast {contrast}, "
+                   f"capacity {capacity}")
+
+
 #: name -> factory of a :class:`Problem` (keyword arguments: sizes)
 PROBLEMS = {"readme": readme_problem, "fox_a": readme_problem, "segments": segments_problem,
-            "pgas_set_a": set_a_problem, "mocap": mocap_problem, "alice": alice_words_problem}
+            "pgas_set_a": set_a_problem, "mocap": mocap_problem, "alice": alice_words_problem,
+            "nested_regimes": nested_regimes_problem}
 
 
 def problem(name: str, **sizes) -> Problem:

@@ -9,7 +9,10 @@
   self-transition 0.99), T = 10^4, L = 30, fixed hyperparameters, weak limit: Hamming distance
   after 300 sweeps, 6 chains;
 * motion capture, AR(1) emissions (``examples/mocap.py``'s model, without its hand-made
-  initial values): median over the last 100 draws of the Hamming distance, 4 chains.
+  initial values): median over the last 100 draws of the Hamming distance, 4 chains;
+* ``mocap-features``: the same, seeds 0-2, alternately with the autoregressive family's clustering
+  features (the values, lag-one products and increments: ``AutoRegressive.clustering_features``)
+  and with the values alone (the family default, the start before), in one process.
 
 A true state counts as *found* when the state matched to it by the optimal one-to-one
 matching (``scipy.optimize.linear_sum_assignment`` on the confusion matrix) covers more than
@@ -147,7 +150,10 @@ def case_mocap(sweeps=300, num_chains=4, strategies=("data",), last=100, seed=0)
         states = mocap.valid_frames(zs, lengths)  # (chains, sweeps, frames)
         med = [float(np.median(nh.diagnostics.hamming_distance(states[c, -last:], truth))) for c in range(num_chains)]
         point = [float(nh.diagnostics.hamming_distance(majority(states[c, -last:]), truth)) for c in range(num_chains)]
-        out.append(dict(case="mocap", kernel="WeakLimitGibbs", strategy=strategy, median_hamming=med,
+        start = mocap.valid_frames(np.asarray(z0), lengths)
+        at_start = [round(float(nh.diagnostics.hamming_distance(start[c][None], truth)[0]), 3) for c in range(num_chains)]
+        out.append(dict(case="mocap", kernel="WeakLimitGibbs", strategy=strategy, hamming_at_start=at_start,
+                        median_hamming=med,
                         median_over_chains=float(np.median(med)), hamming_point_estimate=point,
                         num_states_end=[int(len(np.unique(states[c, -1]))) for c in range(num_chains)],
                         seconds=round(sec, 1)))
@@ -155,10 +161,48 @@ def case_mocap(sweeps=300, num_chains=4, strategies=("data",), last=100, seed=0)
     return out
 
 
-CASES = {"regimes": case_regimes, "discovery": case_discovery, "five": case_five, "mocap": case_mocap}
+def case_mocap_features(seeds=(0, 1, 2), **options):
+    """:func:`case_mocap` with the autoregressive features and with the values alone, alternately."""
+    from numpyro_hdphmm.emissions import AutoRegressive
+    from numpyro_hdphmm.emissions.base import EmissionFamily
+
+    own = AutoRegressive.clustering_features
+    out = []
+    try:
+        for seed in seeds:
+            for features, method in (("values, lag products, increments", own),
+                                     ("values only (before)", EmissionFamily.clustering_features)):
+                AutoRegressive.clustering_features = method
+                jax.clear_caches()  # the clustering program is traced anew with these features
+                for row in case_mocap(seed=seed, **options):
+                    out.append({**row, "strategy": f"data, features: {features}", "seed": seed})
+    finally:
+        AutoRegressive.clustering_features = own
+    return out
+
+
+CASES = {"regimes": case_regimes, "discovery": case_discovery, "five": case_five, "mocap": case_mocap,
+         "mocap-features": case_mocap_features}
 
 QUICK = {"regimes": dict(sweeps=2, num_chains=2, strategies=("data",)), "discovery": dict(sweeps=2, num_chains=2),
-         "five": dict(sweeps=3, num_chains=2, last=2, T=400), "mocap": dict(sweeps=2, num_chains=2, last=2)}
+         "five": dict(sweeps=3, num_chains=2, last=2, T=400), "mocap": dict(sweeps=2, num_chains=2, last=2),
+         "mocap-features": dict(seeds=(0,), sweeps=2, num_chains=2, last=2)}
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def figures_table(rows):
+    """One row per case, kernel and strategy, the other figures (floats to 3 decimals) in one column."""
+    return results.table(["case", "kernel", "strategy", "figures"],
+                         [[r["case"], r["kernel"], r["strategy"],
+                           "; ".join(f"{k} {_rounded(v)}" for k, v in r.items() if k not in ("case", "kernel", "strategy"))]
+                          for r in rows], ["l", "l", "l", "l"])
 
 
 def main(argv=None):
@@ -175,11 +219,10 @@ def main(argv=None):
     for name in args.cases or list(CASES):
         rows += CASES[name](**(QUICK[name] if args.quick else {}))
     if not args.no_save:
-        tab = results.table(["case", "kernel", "strategy", "figures"],
-                            [[r["case"], r["kernel"], r["strategy"],
-                              "; ".join(f"{k} {v}" for k, v in r.items() if k not in ("case", "kernel", "strategy"))]
-                             for r in rows], ["l", "l", "l", "l"])
-        print("saved", results.save(QUESTION, "Initialization: cases", [results.text(
+        tab = figures_table(rows)
+        title = ("Initialization: autoregressive features on motion capture" if args.cases == ["mocap-features"]
+                 else "Initialization: cases")
+        print("saved", results.save(QUESTION, title, [results.text(
             "Each case from the kernels' default `init_strategy` (see the module doc of `benchmarks/mixing/starts.py`): "
             "a true state is *found* when the state matched to it covers more than half of its steps."), tab],
             results.command_line("mixing starts", argv), data=rows))

@@ -9,11 +9,18 @@
   R-hat of ``num_states`` and of the log joint, with and without ``tempering=8``, CPU seconds.
 * ``set-a``: PGAS synthetic set A (4 states), 8 chains, 300 sweeps: chains at exactly 4 states
   holding 5% of the steps or more at the end.
+* ``nested``: :func:`~benchmarks.harness.models.nested_regimes` (three AR(1) sequences of 400 steps,
+  persistent regimes with fast switching inside them; posterior modes at low and at high
+  ``kappa``), contrast 3 and 5, the README's hyperpriors, 8 chains, 300 + 300 sweeps: each chain's
+  posterior median of ``kappa``, mean number of states and mean log joint, R-hat of ``log kappa``,
+  ``num_states`` and the log joint, and the chains whose mean log joint is within 20 nats of the
+  best chain of any setting on the same data; plain from the start before (the values alone as
+  clustering features) and from today's (values and dynamics), ``tempering=8`` and ``tempering=16``.
 
 Every figure is from one process on the machine of the ``environment`` line; the chains are
 vectorized (one compiled program per kernel and setting).  R-hat is ArviZ's rank-normalized split
 R-hat over the post-warmup draws.
-Run:  python -m benchmarks.mixing tempering [overlap mocap set-a] [--quick] [--no-save]
+Run:  python -m benchmarks.mixing tempering [overlap mocap set-a nested] [--quick] [--no-save]
 """
 
 import argparse
@@ -33,6 +40,12 @@ from ..harness import models, results
 
 QUESTION = "mixing"
 SECTION = "Replica exchange"
+#: the ``nested`` case has its own section (the other cases' section is kept when it runs alone)
+SECTION_NESTED = "Replica exchange: two modes of kappa"
+NESTED_TEXT = ("Three AR(1) sequences of 400 steps (`models.nested_regimes`): three persistent regimes, inside each "
+               "a fast switch between two dynamics (coefficient -/+ 0.25 contrast around the regime's, noise s.d. "
+               "0.5 (1 + contrast) and 0.5).  Sticky HDP-AR-HMM with the README's hyperpriors (kappa ~ Gamma(10, 0.1)), "
+               "`max_states = 20`, the default start, 8 vectorized chains, 300 warmup + 300 draws, seed 1.")
 
 
 def _run(kernel, args, num_chains, num_warmup, num_samples, seed=0):
@@ -116,7 +129,49 @@ def case_set_a(quick=False):
     return rows
 
 
-CASES = {"overlap": case_overlap, "mocap": case_mocap, "set-a": case_set_a}
+def case_nested(quick=False):
+    from numpyro_hdphmm.emissions import AutoRegressive
+    from numpyro_hdphmm.emissions.base import EmissionFamily
+
+    warm, draws, chains = (5, 5, 2) if quick else (300, 300, 8)
+    own = AutoRegressive.clustering_features
+    rows = []
+    for contrast in (3.0, 5.0):
+        prob = models.problem("nested_regimes", contrast=contrast)
+        block = []
+        for start, options in (("values only (before)", {}), ("values and dynamics", {}),
+                               ("values and dynamics", {"tempering": 8}), ("values and dynamics", {"tempering": 16})):
+            AutoRegressive.clustering_features = EmissionFamily.clustering_features if "before" in start else own
+            jax.clear_caches()  # the start's clustering is traced anew with these features
+            try:
+                mcmc, wall, cpu = _run(nh.infer.WeakLimitGibbs(prob.model, **options), prob.args, chains, warm, draws,
+                                       seed=1)
+            finally:
+                AutoRegressive.clustering_features = own
+            f = mcmc.get_extra_fields(group_by_chain=True)
+            kappa = np.asarray(mcmc.get_samples(group_by_chain=True)["kappa"])
+            k, lp = np.asarray(f["num_states"]), np.asarray(f["lp"])
+            row = {"contrast": contrast, "start features": start,
+                   "setting": "WeakLimitGibbs" + (f" tempering={options['tempering']}" if options else ""),
+                   "kappa per chain (median)": [round(float(v), 1) for v in np.median(kappa, 1)],
+                   "num_states per chain (mean)": [round(float(v), 1) for v in k.mean(1)],
+                   "log joint per chain (mean)": [round(float(v)) for v in lp.mean(1)],
+                   "R-hat log kappa": round(_rhat(np.log(kappa)), 3), "R-hat num_states": round(_rhat(k), 3),
+                   "R-hat lp": round(_rhat(lp), 3),
+                   "wall s": round(wall, 1)}
+            if options:
+                row["swap rates"] = [round(float(v), 2) for v in np.nanmean(np.asarray(f["swap_accept"]), axis=(0, 1))]
+            block.append(row)
+            print(json.dumps(row), flush=True)
+        # the best mode found: the highest mean log joint of any chain of any setting on these data
+        best = max(max(r["log joint per chain (mean)"]) for r in block)
+        for r in block:
+            near = sum(v > best - 20 for v in r["log joint per chain (mean)"])
+            r["chains within 20 nats of the best chain"] = f"{near} / {chains}"
+        rows += block
+    return rows
+
+CASES = {"overlap": case_overlap, "mocap": case_mocap, "set-a": case_set_a, "nested": case_nested}
 
 
 def main(argv=None):
@@ -131,12 +186,18 @@ def main(argv=None):
     jax.config.update("jax_enable_x64", True)
     out = {c: CASES[c](a.quick) for c in a.cases}
     if not (a.quick or a.no_save):
-        blocks = []
-        for case, rows in out.items():
-            columns = list(rows[0])
-            blocks += [results.text(f"**{case}**"), results.table(columns, [[row.get(c, "") for c in columns] for row in rows])]
-        results.save(QUESTION, SECTION, blocks, "python -m benchmarks.mixing tempering " + " ".join(a.cases), data=out)
-
+        for section in (SECTION, SECTION_NESTED):
+            cases = [c for c in a.cases if (c == "nested") == (section == SECTION_NESTED)]
+            if not cases:
+                continue
+            blocks = [] if section == SECTION else [results.text(NESTED_TEXT)]
+            for case in cases:
+                rows = out[case]
+                columns = list(rows[0])
+                blocks += [results.text(f"**{case}**"),
+                           results.table(columns, [[row.get(c, "") for c in columns] for row in rows])]
+            results.save(QUESTION, section, blocks, "python -m benchmarks.mixing tempering " + " ".join(cases),
+                         data={c: out[c] for c in cases})
 
 if __name__ == "__main__":
     main(sys.argv[1:])

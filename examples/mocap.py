@@ -30,10 +30,11 @@ Choices (following Fox, Sudderth, Jordan & Willsky's BP-AR-HMM mocap experiments
   merged exercises into 2-4 states: Hamming about 0.7.)
 
 Initialization: the kernel's default data-driven start (``init_strategy="data"``): windows of
-1, 3 and 10 frames clustered, and of the three labellings the one with the highest collapsed log
-joint under this AR(1) prior (``nh.infer.initialization.labelling_score``), here the 10-frame
-windows' (8 states at Hamming distance about 0.4 before the first sweep), the parameters then
-drawn given those states.  ``--start chunks`` starts from ``initial_parameters`` instead (each
+1, 3 and 10 frames clustered on the channels' values, lag-one products and increments (the
+dynamics the AR likelihood sees, ``AutoRegressive.clustering_features``), and of the three
+labellings the one with the highest collapsed log joint under this AR(1) prior
+(``nh.infer.initialization.labelling_score``; 9-12 states at Hamming distance 0.38-0.42 before
+the first sweep), the parameters then drawn given those states.  ``--start chunks`` starts from ``initial_parameters`` instead (each
 chain cuts the sequences into 50-frame chunks with random labels and starts every state at its
 posterior mean given its chunks, ``beta`` uniform, the rows at their prior means), ``--start
 prior`` from prior draws (a draw of ``beta`` with small ``gamma``/``alpha`` then shuts most
@@ -44,10 +45,11 @@ sequence at a time), so different chains end in different local modes; several a
 reported separately.
 
 Measured (4 vectorized chains, seed 0; ``docs/benchmarks.md``, "Motion capture" and
-"Initialization"): with the defaults (400 + 100 sweeps, the default start) 7-11 states per chain
-and median Hamming distances over the last 100 draws 0.371, 0.419, 0.378, 0.414 (median over
-the chains 0.396; last draws 0.370, 0.417, 0.382, 0.411), 168 s on 2 shared cores with
-compilation; from the 50-frame chunks (the example's start before) 22-23 states per chain and
+"Initialization"): with the defaults (400 + 100 sweeps, the default start) 9-12 states per chain
+and median Hamming distances over the last 100 draws 0.401, 0.323, 0.326, 0.431 (median over
+the chains 0.364; last draws 0.399, 0.319, 0.323, 0.429; 2026-11-29, the docs page's build, 42 s
+for the sampling with compilation); from the start before, which clustered the values alone,
+7-11 states and 0.371, 0.419, 0.378, 0.414 (median 0.396); from the 50-frame chunks (the example's start before) 22-23 states per chain and
 last draws 0.46, 0.60, 0.47, 0.52; from prior draws 0.42, 0.54, 0.63, 0.72 with 2-13 states.
 Other priors tried (2 chains x 400 sweeps, prior start): ``weakly_informative`` defaults
 0.60-0.68 (2-4 states); ``loc = [I, 0]`` 0.49-0.53 (20 states); ``kappa ~ Gamma(100, 1)``

@@ -211,35 +211,38 @@ print(f"wall time of the page: {time.perf_counter() - start_time:.0f} s")
 # -------------------
 # The numbers printed above come from the build that produced this page; in the quick CI build
 # (2 chains, 4 sweeps, no split-merge, no ARD) they mean little.  The full build (4 chains x 150
-# sweeps per model, 241 s of wall time on 2 shared CPU cores, most of it compilation of the six
-# samplers) gave, at the last sweep:
+# sweeps per model, 225 s of wall time on 2 shared CPU cores, most of it compilation of the six
+# samplers; 2026-11-29, with the start that clusters the latent path's dynamics) gave, at the last
+# sweep:
 #
 # ===============  ===  ===========  ======  =====  =====  =====================================
 # model            ARD  Hamming 10%  median  90%    modes  ARD precisions (median)
 # ===============  ===  ===========  ======  =====  =====  =====================================
-# HDP-SLDS         no   0.139        0.352   0.557  2
-# HDP-SLDS         yes  0.025        0.070   0.297  3      0.04, 0.03, 0.56
-# HDP-AR(2)-HMM    no   0.028        0.055   0.075  3
-# HDP-AR(2)-HMM    yes  0.040        0.048   0.062  3      0.67, 0.74, 0.64, 1.4, 1.87
-# SLDS, K = 3      no   0.041        0.203   0.370  2
-# SLDS, K = 3      yes  0.037        0.040   0.055  3      0.03, 0.01, 0.36
+# HDP-SLDS         no   0.356        0.370   0.388  2
+# HDP-SLDS         yes  0.008        0.018   0.036  3      0.03, 0.02, 0.4
+# HDP-AR(2)-HMM    no   0.033        0.053   0.087  3
+# HDP-AR(2)-HMM    yes  0.040        0.058   0.072  3      0.64, 0.74, 0.67, 1.48, 1.57
+# SLDS, K = 3      no   0.145        0.368   0.409  2
+# SLDS, K = 3      yes  0.020        0.035   0.064  3      0.04, 0.02, 0.4
 # ===============  ===  ===========  ======  =====  =====  =====================================
 #
 # (0.640 would be the distance of a one-mode segmentation: the largest true mode covers 36% of
-# the steps.)  What we found, against the paper's qualitative claims:
+# the steps.  The build before, whose start clustered the latent path's values alone, gave the
+# HDP-SLDS 0.352 without ARD and 0.070 with it, the finite SLDS 0.203 and 0.040, the AR(2)-HMM
+# 0.055 and 0.048.)  What we found, against the paper's qualitative claims:
 #
 # * *With ARD the HDP-SLDS does as well as the SLDS given the true number of modes*: yes (median
-#   0.070 against 0.040, three modes in use), and both recover the modes.  The ARD precisions of
-#   the lag columns settle near 0.03-0.04 (a weak pull of ``A_k`` towards zero, so each mode's
+#   0.018 against 0.035, three modes in use), and both recover the modes.  The ARD precisions of
+#   the lag columns settle near 0.02-0.04 (a weak pull of ``A_k`` towards zero, so each mode's
 #   dynamics follow its data) and the intercept's near 0.4-0.6; with the fixed column precision
 #   ``I`` (no ARD) the prior pulls every mode's ``A_k`` to zero as hard as a unit of data, the
-#   modes' dynamics look alike, and chains keep two modes (median 0.35 for the HDP-SLDS, 0.20 for
+#   modes' dynamics look alike, and chains keep two modes (median 0.37 for the HDP-SLDS and for
 #   the finite SLDS).  The ARD precisions are drawn exactly here (their conjugate Gamma
 #   conditional, ``docs/slds.md``); an earlier build whose inner NUTS kernel moved them, from a
 #   start whose noise variance ``R`` was near zero (the least-squares latent path left no
 #   residual), saw most SLDS chains collapse to one mode.
 # * *Is the no-ARD answer the posterior, or a start that traps?*  Both, measured outside this page
-#   (same data and model, ``split_merge=2``, 4 chains of 300 sweeps from each start): chains
+#   (with the start before; same data and model, ``split_merge=2``, 4 chains of 300 sweeps from each start): chains
 #   started at the true modes and latent path (``init_params={"y_states": ..., "y_latent": ...}``)
 #   keep three modes for all 300 sweeps (Hamming 0.055-0.067 over the second half, log joint
 #   53-64 with a per-sweep s.d. of 25-30), while chains from the default start stay at two modes
@@ -248,12 +251,13 @@ print(f"wall time of the page: {time.perf_counter() - start_time:.0f} s")
 #   crosses between them within 300 sweeps.  A user sees it: ``nh.labels.chain_agreement`` of the
 #   four default-start chains reports R-hat 1.79 for the number of modes, 2.35 for the modes holding
 #   1% of the steps, 13.1 for the co-assignments and 1.12 for the log joint, and says they disagree.
-#   Replica exchange, the remedy for the HDP-HMM, does not cover the HDP-SLDS yet.  With ARD the
+#   Replica exchange (``tempering=``) covers the HDP-SLDS, but on these data its rungs do not
+#   connect the two configurations (:doc:`../tempering`, "Measurements").  With ARD the
 #   prior no longer pulls every ``A_k`` to the same point, and the default start finds the three
 #   modes in most chains.
 # * *The HDP-AR-HMM of the noisy observations does worse than the HDP-SLDS*: **not reproduced**
 #   on our data.  The HDP-AR(2)-HMM finds the three modes in every chain within 50 sweeps (median
-#   0.055, 0.048 with ARD): the drifts and rotation speeds of our modes stay visible through
+#   0.053, 0.058 with ARD): the drifts and rotation speeds of our modes stay visible through
 #   observation noise of s.d. 0.25, and an AR(2) model of the observations absorbs that noise well
 #   enough.  The paper's data, whose settings we could not recover, evidently separate the two
 #   models more.  What the SLDS gives that the AR-HMM does not is the latent path: its posterior

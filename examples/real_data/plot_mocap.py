@@ -105,8 +105,9 @@ fig.tight_layout()
 
 # %%
 # The full build (4 chains x 500 sweeps, the kernel's default start) gave median Hamming
-# distances over the last 100 draws of 0.371, 0.419, 0.378 and 0.414 with 7-11 states per chain,
-# the numbers ``examples/mocap.py`` reports: some exercises share a state (arm movements), others
+# distances over the last 100 draws of 0.401, 0.323, 0.326 and 0.431 with 9-12 states per chain
+# (2026-11-29; from the start before it clustered the dynamics, 0.371, 0.419, 0.378 and 0.414 with
+# 7-11 states), the numbers ``examples/mocap.py`` reports: some exercises share a state (arm movements), others
 # are split into phases, and the chains end in different local modes (the weak-limit sampler
 # moves one state sequence at a time).  In the quick CI build (2 chains x 20 sweeps) the numbers
 # above mean little.

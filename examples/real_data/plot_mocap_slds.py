@@ -23,7 +23,7 @@ the 12 annotated exercises after the optimal one-to-one matching of states to ex
 valid frames of all six sequences.
 
 Budget: the full build runs 4 chains x (400 + 100) sweeps per model (the AR-HMM page's budget),
-about 3.5 minutes on the project's shared 2-core CPU machine, half of it compilation;
+about 2.5 minutes on the project's shared 2-core CPU machine, half of it compilation;
 ``NH_DOCS_QUICK=1`` (the CI build) runs 2 chains x (5 + 10) sweeps, whose numbers mean little, and
 still takes about 2 minutes there (1 min 53 s measured), nearly all of it compiling the two samplers.
 """
@@ -218,43 +218,40 @@ fig.tight_layout()
 # Findings
 # --------
 # Measured with the full build (4 chains x 500 sweeps each, seed 0, float64, the shared 2-core
-# machine; the script took 2.6 minutes in all):
+# machine; the script took 2.5 minutes in all):
 #
-# ==========  ===========================  ======  ===================  ==========  =========  =======
-# model       Hamming per chain (median)   median  point est. (modes)   modes       s / sweep  wall s
-# ==========  ===========================  ======  ===================  ==========  =========  =======
-# HDP-SLDS    0.465, 0.461, 0.460, 0.483   0.463   0.467 (9)            8, 8, 8, 8  0.091      98
-# HDP-AR-HMM  0.405, 0.402, 0.420, 0.328   0.403   0.380 (13)           9-11, 8     0.044      54
-# ==========  ===========================  ======  ===================  ==========  =========  =======
+# ==========  ===========================  ======  ===================  ==============  =========  =======
+# model       Hamming per chain (median)   median  point est. (modes)   modes           s / sweep  wall s
+# ==========  ===========================  ======  ===================  ==============  =========  =======
+# HDP-SLDS    0.438, 0.339, 0.357, 0.465   0.397   0.365 (10)           7, 9, 10, 11    0.080      82
+# HDP-AR-HMM  0.420, 0.360, 0.368, 0.456   0.394   0.408 (11)           11, 11, 10, 11  0.038      46
+# ==========  ===========================  ======  ===================  ==============  =========  =======
 #
-# (Wall times include compilation: 53 s for the SLDS, 32 s for the AR-HMM.)  **The HDP-SLDS
-# segments these data worse than the HDP-AR-HMM**: 0.46 against 0.40 in the median over the
-# chains, and every SLDS chain is behind every AR-HMM chain.  Its chains are more alike
-# among themselves (0.460-0.483 against 0.328-0.420) but, like the AR-HMM's, each sits in a mode of
-# its own: the R-hat of the number of modes and of the co-assignment indicators is far above 1.05
-# for both (the numbers of modes hardly move within a chain after the start), so neither model's
-# pooled draws are a posterior sample, and the point estimates summarize four local modes.
+# (Wall times include compilation: 42 s for the SLDS, 27 s for the AR-HMM.)  **The two models
+# segment these data about equally well**: 0.397 against 0.394 in the median over the chains, and the
+# SLDS's point estimate (0.365, 10 modes) is the closer of the two to the annotation.  Both models'
+# chains sit in modes of their own, with the same spread (0.34-0.47 and 0.36-0.46): the R-hat of the
+# number of modes and of the co-assignment indicators is far above 1.05 for both (the numbers of
+# modes hardly move within a chain after the start), so neither model's pooled draws are a posterior
+# sample, and the point estimates summarize four local modes.
 #
-# Why the smoother latent dynamics do not help here: the exercises differ as much by their fast,
-# small, periodic movements (the arms in jogging, the small oscillations of the twists and arm
-# circles) as by the large pose changes.  The SLDS explains part of that fast movement as
-# observation noise: the fitted ``R`` is large (0.2-0.6 of a channel's unit variance) on about half
-# the channels, and the latent path (solid lines above) follows the principal-component scores of
-# the data (dotted) through the large movements but smooths the fast oscillations away, in the
-# jogging segment (frames 40-80) and through frames 130-375.  Exercises told apart by those details
-# then fall into one mode: in sequence 3 the SLDS gives frames 130-375 (four annotated exercises)
-# one mode, where the AR-HMM, which must predict every channel's next frame exactly, at least
-# splits off parts of them.  Six principal directions also keep 87% of the variance, so some of
-# what separates the exercises is not in the latent space at all.  Where the SLDS's model is right
-# (the tutorial's rotations seen through heavy noise) its separation of noise from dynamics is the
-# advantage; these joint angles are measured with little noise, and the AR-HMM's direct dynamics
-# on all 12 channels use that.
+# **Where the chains start decides much of the answer.**  Until 2026-11-29 the data-driven start
+# clustered the latent path (and, for the AR-HMM, the channels) by their values alone; it now adds
+# each step's lag-one products and increments, the dynamics the autoregressive likelihood sees
+# (:meth:`~numpyro_hdphmm.emissions.AutoRegressive.clustering_features`).  The same run from the old
+# start gave the SLDS 0.465, 0.461, 0.460, 0.483 (median 0.463, point estimate 0.467 with 9 modes,
+# 8 modes in every chain) and the AR-HMM 0.405, 0.402, 0.420, 0.328 (median 0.403): the SLDS's
+# chains had started, and stayed, where its smooth latent path merges exercises told apart by
+# their fast, small, periodic movements (the SLDS explains part of such movement as observation
+# noise: its fitted ``R`` was large, 0.2-0.6 of a channel's unit variance, on about half the
+# channels).  Starts that separate dynamics take the SLDS to the AR-HMM's level; they do not make
+# either model's chains agree.
 #
-# The SLDS sweep costs about 2.3 times the AR-HMM's (the Kalman filter and backward sampler of the
-# latent path on top of the same mode update) and its compilation about 3 times.  Tried in
-# 200-sweep pilots (4 chains): a learned ``C`` (``C=None``, same priors) gave 0.45-0.51 and the
-# same split of ``R`` into near-zero and large variances; the fixed principal directions were no
-# worse and keep the latent pose readable.  ``LATENT_ORDER`` switches the order of the latent
+# The SLDS sweep costs about 2.1 times the AR-HMM's (the Kalman filter and backward sampler of the
+# latent path on top of the same mode update) and its compilation about 1.6 times.  Tried in
+# 200-sweep pilots (4 chains, with the start before): a learned ``C`` (``C=None``, same priors) gave
+# 0.45-0.51 and the same split of ``R`` into near-zero and large variances; the fixed principal
+# directions were no worse and keep the latent pose readable.  ``LATENT_ORDER`` switches the order of the latent
 # dynamics (MoSeq uses 3); this page was measured at order 1.
 
 # sphinx_gallery_start_ignore

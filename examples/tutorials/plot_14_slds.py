@@ -99,8 +99,8 @@ for label, model in (("HDP-SLDS", slds_model), ("SLDS, 3 modes", finite_slds_mod
 # ----------------------------
 # The normalized Hamming distance to the true modes after the best relabelling
 # (:func:`numpyro_hdphmm.diagnostics.hamming_distance`), every chain of every model.  The AR-HMM of
-# the noisy observations explains the noise with extra modes; the SLDS separates noise from
-# dynamics.
+# the noisy observations, whose dynamics must explain the noise too, does not recover the three
+# modes in this budget (it merges or splits them); the SLDS separates noise from dynamics.
 
 fig, ax = plt.subplots(figsize=(7, 3))
 for color, (label, mcmc) in zip(("C0", "C2", "C3"), fits.items()):

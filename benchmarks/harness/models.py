@@ -8,6 +8,7 @@ on their command lines to the problem factories.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -139,6 +140,27 @@ def example_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def autoregressive_start(values_only: bool):
+    """Within the block, the data-driven start clusters autoregressive data on the values alone
+    (``values_only``: the family default, the start before 2026-11-29) or on the family's own
+    features (values, lag-one products, increments: ``AutoRegressive.clustering_features``); JAX's
+    caches are cleared on entry and exit so that the start's programs are traced with them."""
+    import jax
+
+    from numpyro_hdphmm.emissions import AutoRegressive
+    from numpyro_hdphmm.emissions.base import EmissionFamily
+
+    own = AutoRegressive.__dict__["clustering_features"]
+    AutoRegressive.clustering_features = EmissionFamily.clustering_features if values_only else own
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        AutoRegressive.clustering_features = own
+        jax.clear_caches()
 
 
 # ------------------------------------------------------------------------------ data

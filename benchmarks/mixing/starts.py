@@ -163,23 +163,13 @@ def case_mocap(sweeps=300, num_chains=4, strategies=("data",), last=100, seed=0)
 
 def case_mocap_features(seeds=(0, 1, 2), **options):
     """:func:`case_mocap` with the autoregressive features and with the values alone, alternately."""
-    from numpyro_hdphmm.emissions import AutoRegressive
-    from numpyro_hdphmm.emissions.base import EmissionFamily
-
-    own = AutoRegressive.clustering_features
     out = []
-    try:
-        for seed in seeds:
-            for features, method in (("values, lag products, increments", own),
-                                     ("values only (before)", EmissionFamily.clustering_features)):
-                AutoRegressive.clustering_features = method
-                jax.clear_caches()  # the clustering program is traced anew with these features
+    for seed in seeds:
+        for features, values_only in (("values, lag products, increments", False), ("values only (before)", True)):
+            with models.autoregressive_start(values_only):
                 for row in case_mocap(seed=seed, **options):
                     out.append({**row, "strategy": f"data, features: {features}", "seed": seed})
-    finally:
-        AutoRegressive.clustering_features = own
     return out
-
 
 CASES = {"regimes": case_regimes, "discovery": case_discovery, "five": case_five, "mocap": case_mocap,
          "mocap-features": case_mocap_features}

@@ -130,24 +130,16 @@ def case_set_a(quick=False):
 
 
 def case_nested(quick=False):
-    from numpyro_hdphmm.emissions import AutoRegressive
-    from numpyro_hdphmm.emissions.base import EmissionFamily
-
     warm, draws, chains = (5, 5, 2) if quick else (300, 300, 8)
-    own = AutoRegressive.clustering_features
     rows = []
     for contrast in (3.0, 5.0):
         prob = models.problem("nested_regimes", contrast=contrast)
         block = []
         for start, options in (("values only (before)", {}), ("values and dynamics", {}),
                                ("values and dynamics", {"tempering": 8}), ("values and dynamics", {"tempering": 16})):
-            AutoRegressive.clustering_features = EmissionFamily.clustering_features if "before" in start else own
-            jax.clear_caches()  # the start's clustering is traced anew with these features
-            try:
+            with models.autoregressive_start(values_only="before" in start):
                 mcmc, wall, cpu = _run(nh.infer.WeakLimitGibbs(prob.model, **options), prob.args, chains, warm, draws,
                                        seed=1)
-            finally:
-                AutoRegressive.clustering_features = own
             f = mcmc.get_extra_fields(group_by_chain=True)
             kappa = np.asarray(mcmc.get_samples(group_by_chain=True)["kappa"])
             k, lp = np.asarray(f["num_states"]), np.asarray(f["lp"])

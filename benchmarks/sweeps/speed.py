@@ -11,7 +11,9 @@ Parts (``--parts``, default all):
   segments, the first words of *Alice*), the kernels of one configuration alternated in blocks
   (harness timer); ``--compare PATH`` times every configuration for this tree and for the package
   of another checkout (e.g. ``git worktree add /tmp/prev HEAD~1``), in fresh processes,
-  alternating ``--rounds`` times: the ratio this tree / the other.
+  alternating ``--rounds`` times: the ratio this tree / the other.  ``--configs collapsed``: the
+  collapsed kernels (``DirectAssignmentGibbs``, ``RCDSampler``) on motion capture (AR(1)
+  emissions) and on experiment A (Gaussian emissions) instead of the standard set.
 - ``pair``: ``BeamSampler`` with capacity K against ``WeakLimitGibbs`` with L = K on 10
   well-separated 2-D segments, both started from the true segmentation, alternated; and 4
   vectorized chains against one (the README's model).
@@ -21,7 +23,8 @@ Results: ``benchmarks/results/sweeps.json`` (sections "Forward filtering / backw
 
 Usage::
 
-    python -m benchmarks.sweeps speed [--quick] [--parts ffbs kernels pair] [--compare PATH] [--no-save]
+    python -m benchmarks.sweeps speed [--quick] [--parts ffbs kernels pair] [--configs standard|collapsed]
+                                      [--compare PATH] [--no-save]
 """
 
 from __future__ import annotations
@@ -155,6 +158,14 @@ CONFIGS = [
     ("BeamSampler", "segments", {"T": 10000, "capacity": 30}),
     ("RCDSampler", "alice", {"num_words": 5000, "capacity": 60}),
 ]
+#: the collapsed kernels on the families whose predictive they keep factorized (``--configs collapsed``)
+COLLAPSED_CONFIGS = [
+    ("DirectAssignmentGibbs", "mocap", {"capacity": 30}),
+    ("RCDSampler", "mocap", {"capacity": 30}),
+    ("DirectAssignmentGibbs", "fox_a", {"T": 1000, "capacity": 15}),
+    ("RCDSampler", "fox_a", {"T": 1000, "capacity": 15}),
+]
+CONFIG_SETS = {"standard": CONFIGS, "collapsed": COLLAPSED_CONFIGS}
 QUICK_CONFIGS = [("WeakLimitGibbs", "fox_a", {"T": 200, "capacity": 8}),
                  ("BeamSampler", "fox_a", {"T": 200, "capacity": 8})]
 
@@ -260,6 +271,9 @@ def main(argv=None):
     parser.add_argument("--sweeps-per-call", type=int, default=5, help="sweeps per compiled call (kernels part)")
     parser.add_argument("--compare", default=None, help="another checkout: time its package against this tree's")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--configs", default="standard", choices=sorted(CONFIG_SETS),
+                        help="kernels part: the standard configurations, or the collapsed kernels (DA, RCD) on the "
+                             "Gaussian and autoregressive families")
     parser.add_argument("--no-save", action="store_true", help="print only")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
@@ -277,7 +291,8 @@ def main(argv=None):
         if not args.no_save:
             save_ffbs(rows, have, command)
     if "kernels" in args.parts:
-        configs = QUICK_CONFIGS if args.quick else CONFIGS
+        configs = QUICK_CONFIGS if args.quick else CONFIG_SETS[args.configs]
+        suffix = "" if args.configs == "standard" else f" ({args.configs} kernels)"
         blocks, calls = (2, 1) if args.quick else (args.blocks, args.calls)
         per_call = 1 if args.quick else args.sweeps_per_call
         if args.compare:
@@ -286,7 +301,7 @@ def main(argv=None):
                                 [[r["kernel"], r["problem"], _sizes(r["sizes"]), f"{r['ms_this']:.2f}",
                                   f"{r['ms_other']:.2f}", f"{r['ratio']:.3f}"] for r in rows],
                                 ["l", "l", "l", "r", "r", "r"])
-            save(QUESTION, "Kernel sweeps against another checkout", [results.text(
+            save(QUESTION, "Kernel sweeps against another checkout" + suffix, [results.text(
                 f"Median ms per sweep, each configuration in fresh processes for this tree and for `{args.compare}`, "
                 f"alternating, the best of {args.rounds} rounds; ratio = this tree / other."), tab], command,
                 data=rows)
@@ -296,7 +311,7 @@ def main(argv=None):
                                 [[f"`{r['kernel']}`", r["problem"], _sizes(r["sizes"]), f"{r['ms_median']:.2f}",
                                   f"{r['ms_min']:.2f}", f"{r['compile_s']:.1f}"] for r in rows],
                                 ["l", "l", "l", "r", "r", "r"])
-            save(QUESTION, "Kernel sweeps", [results.text(
+            save(QUESTION, "Kernel sweeps" + suffix, [results.text(
                 f"Every kernel with its default options, one chain, float32; {per_call} sweeps per compiled call "
                 f"(as `MCMC.run` runs them), the kernels of one data set alternated in {blocks} blocks of {calls} "
                 "calls after compilation (timed apart) and warm-up; ms per sweep = a call's time over the sweeps "

@@ -44,6 +44,9 @@ __all__ = [
     "mniw_posterior",
     "mniw_log_marginal",
     "mniw_log_predictive",
+    "PredictiveCache",
+    "mniw_predictive_cache",
+    "mniw_cached_log_predictive",
     "mniw_sample",
     "mniw_log_density",
     "mvt_log_density",
@@ -160,17 +163,8 @@ def mniw_label_statistics(y, x, labels, num_states: int) -> MNIWStats:
 
 
 # ---------------------------------------------------------------------------- posterior
-def mniw_posterior(loc, col_precision, df, scale, stats: MNIWStats):
-    """MNIW posterior hyperparameters (Minka 1998; Fox 2009 thesis; Murphy 2007 eqs. 250-254 for m=1).
-
-    ``K_n = K_0 + S_xx``, ``M_n = (M_0 K_0 + S_yx) K_n^{-1}``, ``nu_n = nu_0 + N``,
-    ``Psi_n = Psi_0 + S_yy + M_0 K_0 M_0^T - M_n K_n M_n^T``.
-
-    Shapes: ``loc (..., D, m)``, ``col_precision (..., m, m)``, ``df (...)``, ``scale (..., D, D)``;
-    returns the same four with the broadcast batch shape of the prior and ``stats``.
-    ``M_n K_n M_n^T`` is computed as ``G^T G`` with ``G = C_n^{-1} (M_0 K_0 + S_yx)^T`` and
-    ``C_n`` the Cholesky factor of ``K_n``; ``Psi_n`` is symmetrized.
-    """
+def _posterior_and_root(loc, col_precision, df, scale, stats: MNIWStats):
+    """:func:`mniw_posterior`'s four results and ``C_n``, the lower Cholesky factor of ``K_n``."""
     Kn = _sym(col_precision + stats.sum_xx)
     B = loc @ col_precision + stats.sum_yx  # (..., D, m)
     Cn = cholesky(Kn)
@@ -186,7 +180,22 @@ def mniw_posterior(loc, col_precision, df, scale, stats: MNIWStats):
         jnp.broadcast_to(Kn, batch + (m, m)),
         jnp.broadcast_to(dfn, batch),
         jnp.broadcast_to(Psin, batch + (D, D)),
+        jnp.broadcast_to(Cn, batch + (m, m)),
     )
+
+
+def mniw_posterior(loc, col_precision, df, scale, stats: MNIWStats):
+    """MNIW posterior hyperparameters (Minka 1998; Fox 2009 thesis; Murphy 2007 eqs. 250-254 for m=1).
+
+    ``K_n = K_0 + S_xx``, ``M_n = (M_0 K_0 + S_yx) K_n^{-1}``, ``nu_n = nu_0 + N``,
+    ``Psi_n = Psi_0 + S_yy + M_0 K_0 M_0^T - M_n K_n M_n^T``.
+
+    Shapes: ``loc (..., D, m)``, ``col_precision (..., m, m)``, ``df (...)``, ``scale (..., D, D)``;
+    returns the same four with the broadcast batch shape of the prior and ``stats``.
+    ``M_n K_n M_n^T`` is computed as ``G^T G`` with ``G = C_n^{-1} (M_0 K_0 + S_yx)^T`` and
+    ``C_n`` the Cholesky factor of ``K_n``; ``Psi_n`` is symmetrized.
+    """
+    return _posterior_and_root(loc, col_precision, df, scale, stats)[:4]
 
 
 def mniw_log_marginal(loc, col_precision, df, scale, stats: MNIWStats):
@@ -252,6 +261,60 @@ def mniw_log_predictive(y, x, loc_n, col_precision_n, df_n, scale_n):
     shape_chol = cholesky(scale_n) * jnp.sqrt(c / dof)[..., None, None]
     mean = jnp.einsum("...ij,...j->...i", loc_n, x)
     return mvt_log_density(y, mean, shape_chol, dof)
+
+
+class PredictiveCache(NamedTuple):
+    r"""The posterior predictive of :func:`mniw_log_predictive` factorized once per state, so that a
+    sampler that scores one step against every state (direct assignment, the restricted collapsed
+    draw) pays matrix-vector products per state, and a factorization only for the states whose
+    statistics change.  With ``v = nu_n - D + 1``, ``K_n = C_n C_n^T`` and ``Psi_n = L_n L_n^T``,
+    the Student-t predictive at ``(y, x)`` is
+
+    ``log p(y | x) = const - D/2 log c - (v + D)/2 log(1 + |L_n^{-1} (y - M_n x)|^2 / c)``,
+    ``c = 1 + |C_n^{-1} x|^2``, ``const = log Gamma((v + D)/2) - log Gamma(v/2) - D/2 log(pi) - 1/2 log|Psi_n|``
+
+    (:func:`mvt_log_density` with shape ``Psi_n c / v``: ``log|S| = log|Psi_n| + D log(c / v)``
+    and ``d^T S^{-1} d / v = |L_n^{-1} d|^2 / c``).
+
+    ``loc (..., D, m)``: ``M_n``; ``col_root (..., m, m)``: ``C_n^{-1}``; ``scale_root (..., D, D)``:
+    ``L_n^{-1}``; ``const (...)``; ``power (...)``: ``(v + D) / 2``.
+    """
+
+    loc: jax.Array
+    col_root: jax.Array
+    scale_root: jax.Array
+    const: jax.Array
+    power: jax.Array
+
+
+def _inverse_of_lower(chol):
+    """``chol^{-1}`` of lower-triangular ``chol (..., n, n)`` (one triangular solve against ``I``)."""
+    eye = jnp.broadcast_to(jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
+    return _tri_solve(chol, eye)
+
+
+def mniw_predictive_cache(loc, col_precision, df, scale, stats: MNIWStats) -> PredictiveCache:
+    """:class:`PredictiveCache` of the posterior of ``stats`` under the prior ``(loc, col_precision,
+    df, scale)`` (shapes as :func:`mniw_posterior`; the cache has the broadcast batch shape)."""
+    Mn, _, dfn, Psin, Cn = _posterior_and_root(loc, col_precision, df, scale, stats)
+    D = jnp.shape(Psin)[-1]
+    Ln = cholesky(Psin)
+    dof = dfn - D + 1
+    const = (gammaln(0.5 * (dof + D)) - gammaln(0.5 * dof) - 0.5 * D * _LOG_PI
+             - 0.5 * logdet_from_cholesky(Ln))
+    return PredictiveCache(Mn, _inverse_of_lower(Cn), _inverse_of_lower(Ln), const, 0.5 * (dof + D))
+
+
+def mniw_cached_log_predictive(y, x, cache: PredictiveCache):
+    """:func:`mniw_log_predictive` from a :class:`PredictiveCache`: ``y (D,)``, ``x (m,)`` against
+    every state of the cache's batch shape (matrix-vector products only), shape ``(...)``."""
+    D = jnp.shape(y)[-1]
+    hi = jax.lax.Precision.HIGHEST
+    u = jnp.einsum("...ij,j->...i", cache.col_root, x, precision=hi)
+    c = 1.0 + jnp.sum(u * u, axis=-1)
+    resid = y - jnp.einsum("...ij,j->...i", cache.loc, x, precision=hi)
+    z = jnp.einsum("...ij,...j->...i", cache.scale_root, resid, precision=hi)
+    return cache.const - 0.5 * D * jnp.log(c) - cache.power * jnp.log1p(jnp.sum(z * z, axis=-1) / c)
 
 
 def inverse_wishart_log_density(cov, df, scale):

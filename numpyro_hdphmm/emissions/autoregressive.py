@@ -225,6 +225,7 @@ class AutoRegressive(EmissionFamily):
 
     param_names = ("A", "cov")
     conjugate = True
+    caches_predictive = True
     ard_columns = True
     _hyper_names = ("loc", "col_precision", "df", "scale")
 
@@ -459,6 +460,17 @@ class AutoRegressive(EmissionFamily):
         Mn, Kn, dfn, Psin = mniw.mniw_posterior(*self._hyper(), stats)
         xc = self._centre_inputs(x)
         return mniw.mniw_log_predictive(xc.y, xc.regressor, Mn, Kn, dfn, Psin)
+
+    def predictive_cache(self, stats: MNIWStats) -> mniw.PredictiveCache:
+        """The Student-t predictive of :meth:`log_predictive` factorized per state
+        (:func:`~numpyro_hdphmm._core.mniw.mniw_predictive_cache`, centred coordinates)."""
+        return mniw.mniw_predictive_cache(*self._hyper(), stats)
+
+    def cached_log_predictive(self, x, cache: mniw.PredictiveCache) -> jax.Array:
+        """:meth:`log_predictive` of one ``x = ARInputs(y (D,), regressor (m,))`` from
+        :meth:`predictive_cache` (:func:`~numpyro_hdphmm._core.mniw.mniw_cached_log_predictive`): ``(K,)``."""
+        xc = self._centre_inputs(x)
+        return mniw.mniw_cached_log_predictive(xc.y, xc.regressor, cache)
 
     def sample_parameters(self, rng_key, sample_shape: Tuple[int, ...] = ()):
         """``cov ~ IW(df, scale)`` (Bartlett), ``A_c ~ MN(loc_c, cov, col_precision_c^{-1})``,

@@ -119,6 +119,9 @@ class EmissionFamily:
     #: (:meth:`posterior`, :meth:`log_marginal_likelihood`, :meth:`log_predictive`): the
     #: parameters can be integrated out
     conjugate: bool = False
+    #: whether the family implements :meth:`predictive_cache` and :meth:`cached_log_predictive`
+    #: (a collapsed sampler then keeps each state's predictive factorized, :class:`~numpyro_hdphmm.emissions.collapsed.CachedStatistics`)
+    caches_predictive: bool = False
     #: the parameters are sites the family declares (:meth:`sample_sites`) and a kernel draws
     #: (:meth:`update_parameters`); ``False``: they are the user's own sites, which the kernels'
     #: inner kernel updates (:class:`~numpyro_hdphmm.emissions.CustomEmission`)
@@ -167,9 +170,9 @@ class EmissionFamily:
                 f"{type(self).__name__} has no closed-form posterior predictive, so its parameters cannot be "
                 "integrated out by a collapsed sampler."
             )
-        from numpyro_hdphmm.emissions.collapsed import ConjugateStatistics
+        from numpyro_hdphmm.emissions.collapsed import CachedStatistics, ConjugateStatistics
 
-        return ConjugateStatistics(self, capacity)
+        return CachedStatistics(self, capacity) if self.caches_predictive else ConjugateStatistics(self, capacity)
 
     # ------------------------------------------------------------------ shapes
     @property
@@ -252,6 +255,17 @@ class EmissionFamily:
     def log_marginal_likelihood(self, stats) -> jax.Array:
         """``log p(x_{assigned to k}) = log int prod_t f(x_t | theta)^{w_tk} p(theta) dtheta``, shape ``(K,)``."""
         raise NotImplementedError
+
+    def predictive_cache(self, stats):
+        """Per-state quantities of the posterior predictive computed once from ``stats`` (leading
+        axis ``K``), from which :meth:`cached_log_predictive` scores one observation against every
+        state without refactorizing (families with ``caches_predictive = True``)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no predictive cache.")
+
+    def cached_log_predictive(self, x, cache) -> jax.Array:
+        """:meth:`log_predictive` of ONE observation ``x`` from :meth:`predictive_cache`'s
+        ``cache``: ``(K,)``, equal to ``log_predictive(x, stats)`` up to rounding."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no predictive cache.")
 
     def log_predictive(self, x, stats) -> jax.Array:
         """Log posterior predictive density of ONE observation ``x`` (a pytree without a time

@@ -81,6 +81,7 @@ class GaussianNIW(EmissionFamily):
 
     param_names = ("mu", "cov")
     conjugate = True
+    caches_predictive = True
     _hyper_names = ("loc", "mean_precision", "df", "scale")
 
     def __init__(self, loc, mean_precision, df, scale):
@@ -254,6 +255,18 @@ class GaussianNIW(EmissionFamily):
         shape_chol = mniw.cholesky(Psin) * jnp.sqrt(c)[..., None, None]
         lp = mniw.mvt_log_density(self._whiten(x), Mn[..., 0], shape_chol, dof)
         return lp - 0.5 * mniw.logdet_from_cholesky(self._frame())
+
+    def predictive_cache(self, stats: GaussianStats) -> mniw.PredictiveCache:
+        """The Student-t predictive of :meth:`log_predictive` factorized per state: the MNIW cache
+        (:func:`~numpyro_hdphmm._core.mniw.mniw_predictive_cache`) of the frame's posterior, the
+        regressor ``[1]``, with ``-log|L_0|`` (the frame's Jacobian) in its constant."""
+        cache = mniw.mniw_predictive_cache(*self._frame_prior(), self._mniw_stats(stats))
+        return cache._replace(const=cache.const - 0.5 * mniw.logdet_from_cholesky(self._frame()))
+
+    def cached_log_predictive(self, x, cache: mniw.PredictiveCache) -> jax.Array:
+        """:meth:`log_predictive` of one ``x (D,)`` from :meth:`predictive_cache`: ``(K,)``."""
+        z = self._whiten(x)
+        return mniw.mniw_cached_log_predictive(z, jnp.ones((1,), z.dtype), cache)
 
     def sample_posterior(self, rng_key, stats: GaussianStats):
         """``(mu_k, cov_k) ~ NIW(posterior_k)`` for every state: drawn in the frame

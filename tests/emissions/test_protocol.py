@@ -250,3 +250,52 @@ def test_write_once_move_matches_the_three_updates(name):
                                out, ref)
         if case == "rejected":
             jax.tree_util.tree_map(np.testing.assert_array_equal, out, est)
+
+
+def _walk_predictives(statistics, family, x, states, capacity, steps, dtype):
+    """The predictive of step ``i + 1`` against every state after moving steps ``0 .. i`` in turn
+    (remove, free where emptied, add to another state), next to the family's own
+    ``log_predictive`` of the statistics recomputed from scratch: ``(got, want)`` lists."""
+    valid = jnp.ones(states.shape, bool)
+    est = statistics.init(jax.random.key(0), x, valid, states, None, dtype)
+    got, want = [], []
+    for i in range(steps):
+        x_i = _row(x, i)
+        delta = statistics.delta(x_i, dtype)
+        k_old, k_new = int(states[i]), (int(states[i]) + 1 + i) % capacity
+        est = statistics.remove(est, i, delta, jnp.asarray(1.0, dtype), k_old)
+        states = states.at[i].set(-1)
+        est = statistics.free(est, k_old, jnp.asarray(not bool(jnp.any(states == k_old))))
+        est = statistics.add(est, i, delta, jnp.asarray(1.0, dtype), k_new, None, 0.5)
+        states = states.at[i].set(k_new)
+        fresh = family.sufficient_statistics(x, state_weights(states, valid, capacity, dtype))
+        nxt = _row(x, i + 1)
+        got.append(np.asarray(statistics.log_predictive(est, nxt, None)[0]))
+        want.append(np.asarray(family.log_predictive(nxt, fresh)))
+    return got, want
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(FAMILIES) if FAMILIES[n]().caches_predictive])
+def test_cached_predictive_matches_the_family_predictive(name):
+    """A family with ``caches_predictive`` scores steps from per-state factorizations kept beside
+    the statistics (``CachedStatistics``); after a walk of moves (one of which empties a state)
+    its predictive equals the family's ``log_predictive`` of statistics recomputed from scratch.
+    Negative control: a strategy that forgets to refactorize the state a step joins fails."""
+    from numpyro_hdphmm.emissions.collapsed import CachedStatistics
+
+    family = FAMILIES[name]()
+    capacity, t = 4, 12
+    y, _, _ = _data(family, t, key=5)
+    x = family.prepare(jnp.asarray(y, jnp.float64))[0]
+    states = jnp.array([0, 1, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1])
+    statistics = family.collapsed_statistics(capacity)
+    assert isinstance(statistics, CachedStatistics)
+    got, want = _walk_predictives(statistics, family, x, states, capacity, 8, jnp.float64)
+    np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-9, atol=1e-9)
+
+    class Stale(CachedStatistics):
+        def add(self, est, i, delta, weight, k, aux, u):
+            return est._replace(stats=super().add(est, i, delta, weight, k, aux, u).stats)
+
+    got, want = _walk_predictives(Stale(family, capacity), family, x, states, capacity, 8, jnp.float64)
+    assert np.max(np.abs(np.stack(got) - np.stack(want))) > 1e-3

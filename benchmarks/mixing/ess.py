@@ -240,6 +240,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: fox_a, WeakLimitGibbs, 5 + 5 sweeps, a temporary rows file, nothing saved")
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--title", default=SECTION,
+                        help="the section to write (another title keeps the full table and adds a partial run beside it)")
     parser.add_argument("--_worker", nargs=6, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
@@ -307,7 +309,7 @@ def main(argv=None):
             f"time of the whole benchmark: {sum(r['elapsed_s'] for r in rows) / 60:.0f} minutes.  The best kernel per "
             "data set: {doc}`choosing_a_kernel`, \"Best kernel per data set\".\n\n")
         command = suite_results.command_line("mixing ess", argv)
-        print("saved", suite_results.save(QUESTION, SECTION, header + text, command, data=rows))
+        print("saved", suite_results.save(QUESTION, args.title, header + text, command, data=rows))
 
 
 if __name__ == "__main__":

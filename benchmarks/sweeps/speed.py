@@ -202,9 +202,11 @@ def _worker(config_json):
 
 def _time_tree(tree, config, blocks, calls, per_call):
     """One configuration timed with the package of checkout ``tree`` (a fresh process whose
-    ``numpyro_hdphmm`` is the tree's and whose ``benchmarks`` is this suite)."""
+    ``numpyro_hdphmm`` is the tree's and whose ``benchmarks`` and ``examples`` are this suite's)."""
     with tempfile.TemporaryDirectory() as tmp:
         os.symlink(SUITE, os.path.join(tmp, "benchmarks"))
+        # the problems' models (e.g. motion capture's) are this suite's: its examples, whatever the tree
+        os.symlink(os.path.join(os.path.dirname(SUITE), "examples"), os.path.join(tmp, "examples"))
         env = {**os.environ, "PYTHONPATH": tree, "JAX_ENABLE_X64": "0"}
         out = subprocess.run([sys.executable, "-m", "benchmarks.sweeps", "speed", "--worker",
                               json.dumps(list(config) + [blocks, calls, per_call])],

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from numpyro_hdphmm._core.slots import first_free_slot
-from numpyro_hdphmm.emissions.base import state_weights
+from numpyro_hdphmm.emissions.base import OneHot, state_weights
 
 __all__ = ["CollapsedStatistics", "ConjugateStatistics", "CachedStatistics", "CachedPredictive", "row_of", "add_to_row", "zero_row", "rows_of",
            "prior_predictive", "new_state_in_first_free_slot"]
@@ -258,7 +258,10 @@ class CachedStatistics(ConjugateStatistics):
         return self.emission.predictive_cache(stats_rows)
 
     def init(self, rng_key, x, valid, states, params, dtype):
-        stats = super().init(rng_key, x, valid, states, params, dtype)
+        """The statistics of the hard labels (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.label_statistics`,
+        ``O(T)``: as :class:`ConjugateStatistics`'s one-hot sums up to the order of the additions)
+        and the predictive of every row."""
+        stats = self.emission.statistics(x, OneHot.of_states(states, valid, self.capacity))
         empty = jax.tree_util.tree_map(lambda a: jnp.zeros_like(a[:1]), stats)
         return CachedPredictive(stats, self._rows_cache(stats), self._rows_cache(empty))
 

@@ -18,9 +18,20 @@ split_merge=n)`` from the default ``init_strategy="data"``, ``--chains`` vectori
 (seeds), ``--sweeps`` sweeps: the Hamming distance per chain after the last sweep, the first
 sweep at which each chain is at Hamming 0, and seconds per sweep (compilation excluded).
 
+With ``--mocap``: the six motion-capture sequences (``examples/mocap.py``'s sticky HDP-AR(1)-HMM,
+capacity 30, its hyperpriors) with ``WeakLimitGibbs(model, split_merge=n)`` from the default
+start, ``--chains`` vectorized chains (default 4), ``--sweeps`` sweeps all kept (no warm-up, so
+that the first sweeps show where the start puts each chain): per chain the number of states
+after the first and the last sweep and its mean over the second half, the mean log joint ``lp``
+over the second half, the collapsed log marginal likelihood of the last draw's segmentation
+(``sum_k log p(y of state k)``, the dynamics integrated out: label-invariant and free of the
+unused slots' prior draws that ``lp`` carries), the Hamming distance of the last draw, R-hat of
+``num_states`` and ``lp`` over the second half, the acceptance and the seconds (the section
+"Split-merge on motion capture").
+
 Usage: ``python -m benchmarks.mixing split-merge [--moves 0 5 20] [--seed 0] [--set-a --sweeps 300
---chains 8] [--five --chains 6] [--quick]``.  The printed table is saved as the section
-"Split-merge: latest run" of ``benchmarks/results/mixing.json``.
+--chains 8] [--five --chains 6] [--mocap --moves 0 2 --sweeps 600] [--quick]``.  The printed table is
+saved as the section "Split-merge: latest run" of ``benchmarks/results/mixing.json``.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ LINES = []
 def emit(*parts, **kwargs):
     """Print a line of the table and keep it for the results file."""
     kwargs.pop("flush", None)
-    emit(*parts, flush=True, **kwargs)
+    print(*parts, flush=True, **kwargs)
     LINES.append(" ".join(str(p) for p in parts))
 
 
@@ -152,6 +163,51 @@ def set_a(kernels, moves, sweeps, seed=0, num_chains=4):
                   flush=True)
 
 
+def mocap(moves, sweeps, num_chains=4, seed=0):
+    """The motion-capture rows (module docstring) for each number of moves."""
+    import arviz as az
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer import MCMC
+
+    import numpyro_hdphmm as nh
+
+    prob = models.problem("mocap")
+    y, lengths = (np.asarray(a) for a in prob.args)
+    ex = models.example_module("mocap")
+    family = ex.emission_prior(y, lengths)
+    prepared = [family.prepare(jnp.asarray(y[n])) for n in range(y.shape[0])]
+    x = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[p[0] for p in prepared])
+    valid = np.concatenate([np.asarray(v) & (np.arange(y.shape[1]) < lengths[n]) for n, (_, v) in enumerate(prepared)])
+
+    def log_marginal(z):
+        labels = jnp.asarray(np.where(valid, z.reshape(-1), prob.capacity), jnp.int32)
+        return float(jnp.sum(family.log_marginal_likelihood(family.label_statistics(x, labels, prob.capacity))))
+
+    half = sweeps // 2
+    emit("| split_merge | states after sweep 1 (per chain) | after the last | mean, second half | lp, second half "
+         "| log marginal of the last draw | Hamming (last draw) | R-hat num_states, lp | acceptance | wall s | CPU s |")
+    emit("|---:|---|---|---|---|---|---|---|---:|---:|---:|")
+    for n in moves:
+        kernel = nh.infer.WeakLimitGibbs(prob.model, split_merge=n)
+        mcmc = MCMC(kernel, num_warmup=0, num_samples=sweeps, num_chains=num_chains, chain_method="vectorized",
+                    progress_bar=False)
+        t0, c0 = time.perf_counter(), time.process_time()
+        mcmc.run(jax.random.key(seed), *prob.args,
+                 extra_fields=("num_states", "lp") + (("split_merge_accept",) if n else ()))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        f = mcmc.get_extra_fields(group_by_chain=True)
+        k, lp = np.asarray(f["num_states"]), np.asarray(f["lp"], np.float64)
+        z = np.asarray(mcmc.get_samples(group_by_chain=True)["y_states"])
+        rhat = [float(az.rhat(v[:, half:].astype(np.float64))) for v in (k, lp)]
+        join = lambda vals, fmt: ", ".join(fmt.format(v) for v in vals)
+        acc = f"{np.nanmean(np.asarray(f['split_merge_accept'])):.4f}" if n else "-"
+        emit(f"| {n} | {join(k[:, 0], '{}')} | {join(k[:, -1], '{}')} | {join(k[:, half:].mean(1), '{:.1f}')} "
+             f"| {join(lp[:, half:].mean(1), '{:.0f}')} | {join([log_marginal(z[c, -1]) for c in range(num_chains)], '{:.0f}')} "
+             f"| {join([prob.hamming(z[c, -1]) for c in range(num_chains)], '{:.3f}')} | {rhat[0]:.2f}, {rhat[1]:.2f} "
+             f"| {acc} | {wall:.0f} | {cpu:.0f} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--moves", type=int, nargs="+", default=[0, 5, 20])
@@ -161,6 +217,7 @@ def main(argv=None):
     parser.add_argument("--sweeps", type=int, default=300)
     parser.add_argument("--chains", type=int, default=None, help="chains (default: 4 for --set-a, 6 for --five)")
     parser.add_argument("--five", action="store_true")
+    parser.add_argument("--mocap", action="store_true")
     parser.add_argument("--late", type=int, default=None, help="--five: the moves only in the last LATE sweeps")
     parser.add_argument("--quick", action="store_true", help="a smoke run: moves 2, 5 + 5 sweeps")
     parser.add_argument("--no-save", action="store_true")
@@ -173,13 +230,16 @@ def main(argv=None):
     try:
         if args.set_a:
             set_a(args.kernels, args.moves, args.sweeps, args.seed, args.chains or (2 if args.quick else 4))
+        elif args.mocap:
+            mocap(args.moves, args.sweeps, args.chains or (2 if args.quick else 4), args.seed)
         elif args.five:
             five(args.moves, args.sweeps, args.chains or (2 if args.quick else 6), args.seed, args.late)
         else:
             table(args)
     finally:
         if LINES and not args.no_save:
-            print("saved", results.save(QUESTION, "Split-merge: latest run", "\n".join(LINES),
+            title = "Split-merge on motion capture" if args.mocap else "Split-merge: latest run"
+            print("saved", results.save(QUESTION, title, "\n".join(LINES),
                                         results.command_line("mixing split-merge", argv)))
 
 

@@ -200,11 +200,12 @@ def mocap(moves, sweeps, num_chains=4, seed=0):
         k, lp = np.asarray(f["num_states"]), np.asarray(f["lp"], np.float64)
         z = np.asarray(mcmc.get_samples(group_by_chain=True)["y_states"])
         rhat = [float(az.rhat(v[:, half:].astype(np.float64))) for v in (k, lp)]
+        rhat = ["inf (constant per chain)" if not r < 1e3 else f"{r:.2f}" for r in rhat]
         join = lambda vals, fmt: ", ".join(fmt.format(v) for v in vals)
         acc = f"{np.nanmean(np.asarray(f['split_merge_accept'])):.4f}" if n else "-"
         emit(f"| {n} | {join(k[:, 0], '{}')} | {join(k[:, -1], '{}')} | {join(k[:, half:].mean(1), '{:.1f}')} "
              f"| {join(lp[:, half:].mean(1), '{:.0f}')} | {join([log_marginal(z[c, -1]) for c in range(num_chains)], '{:.0f}')} "
-             f"| {join([prob.hamming(z[c, -1]) for c in range(num_chains)], '{:.3f}')} | {rhat[0]:.2f}, {rhat[1]:.2f} "
+             f"| {join([prob.hamming(z[c, -1]) for c in range(num_chains)], '{:.3f}')} | {rhat[0]}, {rhat[1]} "
              f"| {acc} | {wall:.0f} | {cpu:.0f} |")
 
 

@@ -12,7 +12,8 @@ axis ``K`` (the capacity), updated in place by index.
 Strategies: :class:`ConjugateStatistics` (every conjugate family: sufficient statistics and the
 closed-form predictive), :class:`CachedStatistics` (a conjugate family whose predictive needs a
 factorization per state, e.g. the Student-t of the normal-inverse-Wishart families: the
-factorization is kept beside the statistics and redone only for the states a move changes), the DP mixture's (:class:`~numpyro_hdphmm.emissions.dp_mixture.MixtureStatistics`,
+factorization is kept beside the statistics and redone only for the states a move changes), the
+DP mixture's (:class:`~numpyro_hdphmm.emissions.dp_mixture.MixtureStatistics`,
 components integrated out too) and the uncollapsed fallback of custom emissions
 (:class:`~numpyro_hdphmm.emissions.custom.ExplicitLikelihoods`).  Every strategy implements the
 methods of :class:`CollapsedStatistics`.
@@ -29,8 +30,8 @@ from jax import lax
 from numpyro_hdphmm._core.slots import first_free_slot
 from numpyro_hdphmm.emissions.base import OneHot, state_weights
 
-__all__ = ["CollapsedStatistics", "ConjugateStatistics", "CachedStatistics", "CachedPredictive", "row_of", "add_to_row", "zero_row", "rows_of",
-           "prior_predictive", "new_state_in_first_free_slot"]
+__all__ = ["CollapsedStatistics", "ConjugateStatistics", "CachedStatistics", "CachedPredictive", "row_of",
+           "add_to_row", "zero_row", "rows_of", "prior_predictive", "new_state_in_first_free_slot"]
 
 
 def row_of(tree, i):
@@ -226,7 +227,6 @@ class ConjugateStatistics(CollapsedStatistics):
             return a.at[jnp.stack([k_old, k_new])].set(values)
 
         return jax.tree_util.tree_map(one, est, delta)
-
 
 
 def _set_rows(tree, index, rows):

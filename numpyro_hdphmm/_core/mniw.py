@@ -118,15 +118,19 @@ def whiten(chol, b):
     """``chol^{-1} b`` for a long trailing axis of ``b`` (``(..., D, T)``): the small inverse
     ``chol^{-1}`` (one triangular solve against the identity) times ``b`` as one matrix product,
     which XLA runs far faster than a triangular solve with ``T`` right-hand sides."""
-    eye = jnp.broadcast_to(jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
-    inv = _tri_solve(chol, eye)
-    return jnp.matmul(inv, b, precision=jax.lax.Precision.HIGHEST)
+    return jnp.matmul(_inverse_of_lower(chol), b, precision=jax.lax.Precision.HIGHEST)
 
 
 def _tri_solve(chol, b, trans=0):
     """Solve ``L z = b`` (``trans=0``) or ``L^T z = b`` (``trans=1``) for matrices ``b (..., n, k)``."""
     chol, b = _bcast_pair(chol, b)
     return solve_triangular(chol, b, lower=True, trans=trans)
+
+
+def _inverse_of_lower(chol):
+    """``chol^{-1}`` of lower-triangular ``chol (..., n, n)`` (one triangular solve against ``I``)."""
+    eye = jnp.broadcast_to(jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
+    return _tri_solve(chol, eye)
 
 
 def cho_solve(chol, b):
@@ -285,12 +289,6 @@ class PredictiveCache(NamedTuple):
     scale_root: jax.Array
     const: jax.Array
     power: jax.Array
-
-
-def _inverse_of_lower(chol):
-    """``chol^{-1}`` of lower-triangular ``chol (..., n, n)`` (one triangular solve against ``I``)."""
-    eye = jnp.broadcast_to(jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
-    return _tri_solve(chol, eye)
 
 
 def mniw_predictive_cache(loc, col_precision, df, scale, stats: MNIWStats) -> PredictiveCache:

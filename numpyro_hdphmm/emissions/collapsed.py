@@ -65,6 +65,12 @@ def rows_of(tree, start, size: int):
     return jax.tree_util.tree_map(lambda a: lax.dynamic_slice_in_dim(a, start, size, 0), tree)
 
 
+def _removed_row(stats, k, delta, weight, freed):
+    """Row ``k`` of ``stats`` (leading axis one) with a step's ``delta`` (``weight`` 0 or 1)
+    removed, cleared where ``freed``."""
+    return zero_row(add_to_row(rows_of(stats, k, 1), 0, delta, -weight), 0, freed)
+
+
 def prior_predictive(family, x, dtype):
     """``log int f(x_i | theta) dH(theta)`` for every step ``i``: ``(steps,)`` (the posterior
     predictive given empty statistics)."""
@@ -208,7 +214,7 @@ class ConjugateStatistics(CollapsedStatistics):
     def removed_predictive(self, est, i, x_i, pre_i, delta, weight, k, freed):
         """The predictive of every state from ``est`` as it is, state ``k``'s recomputed from its
         row with the step removed (cleared where ``freed``)."""
-        row = zero_row(add_to_row(rows_of(est, k, 1), 0, delta, -weight), 0, freed)
+        row = _removed_row(est, k, delta, weight, freed)
         pred = self.emission.log_predictive(x_i, est)
         return pred.at[k].set(self.emission.log_predictive(x_i, row)[0]), None
 
@@ -289,7 +295,7 @@ class CachedStatistics(ConjugateStatistics):
     def removed_predictive(self, est, i, x_i, pre_i, delta, weight, k, freed):
         """The cached predictive of every state, state ``k``'s recomputed from its row with the
         step removed (cleared where ``freed``)."""
-        row = zero_row(add_to_row(rows_of(est.stats, k, 1), 0, delta, -weight), 0, freed)
+        row = _removed_row(est.stats, k, delta, weight, freed)
         pred = self.emission.cached_log_predictive(x_i, est.cache)
         return pred.at[k].set(self.emission.log_predictive(x_i, row)[0]), None
 

@@ -31,7 +31,7 @@ from numpyro_hdphmm._core.slots import first_free_slot
 from numpyro_hdphmm.emissions.base import OneHot, state_weights
 
 __all__ = ["CollapsedStatistics", "ConjugateStatistics", "CachedStatistics", "CachedPredictive", "row_of",
-           "add_to_row", "zero_row", "rows_of", "prior_predictive", "new_state_in_first_free_slot"]
+           "add_to_row", "set_row_where", "zero_row", "rows_of", "prior_predictive", "new_state_in_first_free_slot"]
 
 
 def row_of(tree, i):
@@ -49,15 +49,21 @@ def add_to_row(stats, k, delta, sign):
     return jax.tree_util.tree_map(one, stats, delta)
 
 
-def zero_row(stats, k, when=True):
-    """``stats[k] = 0`` for every leaf where ``when`` (a traced bool; the row is left as it is
-    otherwise: a masked update of one row, not a ``lax.cond`` that copies ``stats``)."""
+def set_row_where(tree, k, rows, when=True):
+    """``tree[k] = rows`` for every leaf where ``when`` (a traced bool; ``rows`` with a leading axis of
+    size one; the row is left as it is otherwise: a masked update of one row, not a ``lax.cond``
+    that copies ``tree``)."""
 
-    def one(s):
+    def one(s, r):
         row = lax.dynamic_index_in_dim(s, k, keepdims=True)
-        return lax.dynamic_update_index_in_dim(s, jnp.where(when, jnp.zeros_like(row), row), k, 0)
+        return lax.dynamic_update_index_in_dim(s, jnp.where(when, r.astype(s.dtype), row), k, 0)
 
-    return jax.tree_util.tree_map(one, stats)
+    return jax.tree_util.tree_map(one, tree, rows)
+
+
+def zero_row(stats, k, when=True):
+    """``stats[k] = 0`` for every leaf where ``when`` (:func:`set_row_where` of zeros)."""
+    return set_row_where(stats, k, jax.tree_util.tree_map(lambda s: jnp.zeros_like(s[:1]), stats), when)
 
 
 def rows_of(tree, start, size: int):
@@ -260,20 +266,17 @@ class CachedStatistics(ConjugateStatistics):
     per step instead of about ninety).  The same predictive, so the same law of every draw; the
     numbers agree with :class:`ConjugateStatistics` up to rounding."""
 
-    def _rows_cache(self, stats_rows):
-        return self.emission.predictive_cache(stats_rows)
-
     def init(self, rng_key, x, valid, states, params, dtype):
         """The statistics of the hard labels (:meth:`~numpyro_hdphmm.emissions.base.EmissionFamily.label_statistics`,
         ``O(T)``: as :class:`ConjugateStatistics`'s one-hot sums up to the order of the additions)
         and the predictive of every row."""
         stats = self.emission.statistics(x, OneHot.of_states(states, valid, self.capacity))
         empty = jax.tree_util.tree_map(lambda a: jnp.zeros_like(a[:1]), stats)
-        return CachedPredictive(stats, self._rows_cache(stats), self._rows_cache(empty))
+        return CachedPredictive(stats, self.emission.predictive_cache(stats), self.emission.predictive_cache(empty))
 
     def _with_row(self, est, stats, k):
         """``est`` with statistics ``stats`` and the cache of row ``k`` recomputed from them."""
-        row = self._rows_cache(rows_of(stats, k, 1))
+        row = self.emission.predictive_cache(rows_of(stats, k, 1))
         return est._replace(stats=stats, cache=_set_rows(est.cache, jnp.reshape(k, (1,)), row))
 
     def remove(self, est, i, delta, weight, k):
@@ -283,11 +286,7 @@ class CachedStatistics(ConjugateStatistics):
         return self._with_row(est, add_to_row(est.stats, k, delta, weight), k)
 
     def free(self, est, k, when=True):
-        cache = jax.tree_util.tree_map(
-            lambda c, e: lax.dynamic_update_index_in_dim(
-                c, jnp.where(when, e, lax.dynamic_index_in_dim(c, k, keepdims=True)).astype(c.dtype), k, 0),
-            est.cache, est.empty)
-        return est._replace(stats=zero_row(est.stats, k, when), cache=cache)
+        return est._replace(stats=zero_row(est.stats, k, when), cache=set_row_where(est.cache, k, est.empty, when))
 
     def log_predictive(self, est, x_i, pre_i):
         return self.emission.cached_log_predictive(x_i, est.cache), None
@@ -304,7 +303,7 @@ class CachedStatistics(ConjugateStatistics):
         recomputed from the moved statistics (kept as they were where not ``keep``)."""
         stats = super().moved(est.stats, i, delta, weight, k_old, freed, k_new, aux, u, keep)
         index = jnp.stack([k_old, k_new])
-        rows = self._rows_cache(jax.tree_util.tree_map(lambda a: a[index], stats))
+        rows = self.emission.predictive_cache(jax.tree_util.tree_map(lambda a: a[index], stats))
         rows = jax.tree_util.tree_map(lambda new, c: jnp.where(keep, new, c[index]), rows, est.cache)
         return est._replace(stats=stats, cache=_set_rows(est.cache, index, rows))
 
